@@ -1,0 +1,2 @@
+//! nodeipam-controller: placeholder until the controller issue.
+fn main() {}
