@@ -1,0 +1,407 @@
+//! An integer CIDR type for IPv4 and IPv6, parsed and displayed without allocation.
+
+use core::fmt;
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use core::str::FromStr;
+
+use crate::error::CidrError;
+
+/// An IP address family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Family {
+    /// IPv4: 32-bit addresses.
+    V4,
+    /// IPv6: 128-bit addresses.
+    V6,
+}
+
+impl Family {
+    /// The address width in bits: 32 for IPv4, 128 for IPv6 (the largest valid prefix length).
+    pub const fn max_prefix_len(self) -> u8 {
+        match self {
+            Family::V4 => 32,
+            Family::V6 => 128,
+        }
+    }
+
+    /// The family of an address.
+    pub const fn of(addr: &IpAddr) -> Family {
+        match addr {
+            IpAddr::V4(_) => Family::V4,
+            IpAddr::V6(_) => Family::V6,
+        }
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Family::V4 => "IPv4",
+            Family::V6 => "IPv6",
+        })
+    }
+}
+
+/// A network: an address family, a network address with no host bits set, and a prefix length.
+///
+/// The address is held as an integer (`u128`; IPv4 uses the low 32 bits) so that block
+/// arithmetic is plain integer arithmetic. A `Cidr` is always canonical: the bits past
+/// `prefix_len` are zero, and `prefix_len` ≤ 32 (IPv4) or ≤ 128 (IPv6).
+///
+/// Text form (`Display`/`FromStr`): `a.b.c.d/len` or RFC 5952 IPv6 text `x::y/len`, exactly as
+/// Go's `net.IPNet.String()` prints it for the same network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Cidr {
+    family: Family,
+    network: u128,
+    prefix_len: u8,
+}
+
+/// The mask with the top `prefix_len` of `width` bits set, as a `u128` (low `width` bits used).
+/// `width` is 32 or 128 and `prefix_len` ≤ `width` (callers check), so no shift overflows.
+const fn mask_bits(width: u8, prefix_len: u8) -> u128 {
+    if prefix_len == 0 {
+        return 0;
+    }
+    (u128::MAX << (128 - prefix_len as u32)) >> (128 - width as u32)
+}
+
+/// All `width` low bits set (32 or 128).
+const fn width_bits(width: u8) -> u128 {
+    u128::MAX >> (128 - width as u32)
+}
+
+const fn addr_bits(addr: &IpAddr) -> u128 {
+    match addr {
+        IpAddr::V4(a) => a.to_bits() as u128,
+        IpAddr::V6(a) => a.to_bits(),
+    }
+}
+
+impl Cidr {
+    /// Builds a CIDR from a network address and a prefix length in bits.
+    ///
+    /// # Errors
+    /// - [`CidrError::InvalidPrefixLen`] if `prefix_len` exceeds 32 (IPv4) or 128 (IPv6);
+    /// - [`CidrError::HostBitsSet`] if `addr` has bits set past `prefix_len` (use
+    ///   [`Cidr::new_masked`] to clear them instead).
+    pub const fn new(addr: IpAddr, prefix_len: u8) -> Result<Cidr, CidrError> {
+        let family = Family::of(&addr);
+        let width = family.max_prefix_len();
+        if prefix_len > width {
+            return Err(CidrError::InvalidPrefixLen {
+                prefix_len,
+                max: width,
+            });
+        }
+        let bits = addr_bits(&addr);
+        let network = bits & mask_bits(width, prefix_len);
+        if network != bits {
+            return Err(CidrError::HostBitsSet);
+        }
+        Ok(Cidr {
+            family,
+            network,
+            prefix_len,
+        })
+    }
+
+    /// Builds a CIDR from any address in it and a prefix length, clearing the host bits — what Go's
+    /// `net.ParseCIDR` returns as its network, and what Kubernetes does with `--cluster-cidr`
+    /// values and Node `podCIDRs`.
+    ///
+    /// # Errors
+    /// [`CidrError::InvalidPrefixLen`] if `prefix_len` exceeds 32 (IPv4) or 128 (IPv6).
+    pub const fn new_masked(addr: IpAddr, prefix_len: u8) -> Result<Cidr, CidrError> {
+        let family = Family::of(&addr);
+        let width = family.max_prefix_len();
+        if prefix_len > width {
+            return Err(CidrError::InvalidPrefixLen {
+                prefix_len,
+                max: width,
+            });
+        }
+        Ok(Cidr {
+            family,
+            network: addr_bits(&addr) & mask_bits(width, prefix_len),
+            prefix_len,
+        })
+    }
+
+    /// Builds a CIDR from an integer network address (`u128`; IPv4 in the low 32 bits).
+    /// Crate-internal: callers guarantee the value is canonical for `family`.
+    pub(crate) const fn from_parts(family: Family, network: u128, prefix_len: u8) -> Cidr {
+        Cidr {
+            family,
+            network,
+            prefix_len,
+        }
+    }
+
+    /// Parses `address/prefix_len` strictly: host bits must be zero.
+    ///
+    /// # Errors
+    /// [`CidrError::Syntax`] for anything that is not `address/decimal`, [`CidrError::InvalidPrefixLen`]
+    /// for a prefix length past the family's width, [`CidrError::HostBitsSet`] when host bits are set.
+    pub fn parse(text: &str) -> Result<Cidr, CidrError> {
+        let (addr, prefix_len) = split_cidr_text(text)?;
+        Cidr::new(addr, prefix_len)
+    }
+
+    /// Parses `address/prefix_len` the way Go's `net.ParseCIDR` does: host bits are cleared, and the
+    /// second value says whether any were set (so a caller can warn). Kubernetes accepts
+    /// `--cluster-cidr=10.0.0.1/8` as `10.0.0.0/8` this way.
+    ///
+    /// # Errors
+    /// [`CidrError::Syntax`] or [`CidrError::InvalidPrefixLen`], as for [`Cidr::parse`].
+    pub fn parse_masked(text: &str) -> Result<(Cidr, bool), CidrError> {
+        let (addr, prefix_len) = split_cidr_text(text)?;
+        let cidr = Cidr::new_masked(addr, prefix_len)?;
+        Ok((cidr, cidr.network != addr_bits(&addr)))
+    }
+
+    /// The address family.
+    pub const fn family(&self) -> Family {
+        self.family
+    }
+
+    /// The prefix length in bits (0..=32 for IPv4, 0..=128 for IPv6).
+    pub const fn prefix_len(&self) -> u8 {
+        self.prefix_len
+    }
+
+    /// The network address (first address of the range).
+    pub const fn network(&self) -> IpAddr {
+        match self.family {
+            Family::V4 => IpAddr::V4(Ipv4Addr::from_bits(self.network as u32)),
+            Family::V6 => IpAddr::V6(Ipv6Addr::from_bits(self.network)),
+        }
+    }
+
+    /// The network address as an integer (`u128`; IPv4 in the low 32 bits).
+    pub const fn network_bits(&self) -> u128 {
+        self.network
+    }
+
+    /// The last address of the range as an integer (`u128`; IPv4 in the low 32 bits).
+    pub const fn last_bits(&self) -> u128 {
+        let width = self.family.max_prefix_len();
+        self.network | (!mask_bits(width, self.prefix_len) & width_bits(width))
+    }
+
+    /// Whether `other` lies entirely inside `self` (same family, `self`'s prefix no longer than
+    /// `other`'s, same leading bits). Every CIDR contains itself.
+    pub const fn contains(&self, other: &Cidr) -> bool {
+        if !matches!(
+            (self.family, other.family),
+            (Family::V4, Family::V4) | (Family::V6, Family::V6)
+        ) {
+            return false;
+        }
+        if self.prefix_len > other.prefix_len {
+            return false;
+        }
+        let mask = mask_bits(self.family.max_prefix_len(), self.prefix_len);
+        other.network & mask == self.network
+    }
+
+    /// Whether the two ranges share any address. For CIDRs this is two-way containment, the
+    /// test kube-controller-manager's cidrset uses before occupying or releasing.
+    pub const fn overlaps(&self, other: &Cidr) -> bool {
+        self.contains(other) || other.contains(self)
+    }
+}
+
+/// Splits `addr/len` text into a parsed address and prefix length, without allocation.
+fn split_cidr_text(text: &str) -> Result<(IpAddr, u8), CidrError> {
+    let (addr_text, len_text) = text.split_once('/').ok_or(CidrError::Syntax)?;
+    // Go's ParseCIDR takes 1–3 decimal digits, no sign, no leading '+'.
+    if len_text.is_empty() || len_text.len() > 3 || !len_text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(CidrError::Syntax);
+    }
+    let prefix_len: u16 = len_text.parse().map_err(|_| CidrError::Syntax)?;
+    // Zone indices (`fe80::1%eth0`) are not part of a CIDR; core::net rejects them already.
+    let addr = IpAddr::from_str(addr_text).map_err(|_| CidrError::Syntax)?;
+    let max = Family::of(&addr).max_prefix_len();
+    if prefix_len > u16::from(max) {
+        return Err(CidrError::InvalidPrefixLen {
+            prefix_len: prefix_len.min(255) as u8,
+            max,
+        });
+    }
+    Ok((addr, prefix_len as u8))
+}
+
+impl FromStr for Cidr {
+    type Err = CidrError;
+
+    /// Strict parse; see [`Cidr::parse`].
+    fn from_str(text: &str) -> Result<Cidr, CidrError> {
+        Cidr::parse(text)
+    }
+}
+
+impl fmt::Display for Cidr {
+    /// Canonical text: `10.42.0.0/16`, `2001:db8::/32` (RFC 5952, as Go prints it).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.network() {
+            IpAddr::V4(a) => write!(f, "{}/{}", a, self.prefix_len),
+            // Go prints IPv4-mapped IPv6 addresses in dotted form (`::ffff:1.2.3.4`); so does
+            // core::net's Display, so the two agree.
+            IpAddr::V6(a) => write!(f, "{}/{}", a, self.prefix_len),
+        }
+    }
+}
+
+#[cfg(feature = "ipnet")]
+mod ipnet_conv {
+    use super::Cidr;
+    use crate::error::CidrError;
+
+    impl From<Cidr> for ipnet::IpNet {
+        fn from(cidr: Cidr) -> ipnet::IpNet {
+            match cidr.network() {
+                core::net::IpAddr::V4(a) => ipnet::IpNet::V4(
+                    // prefix_len ≤ 32 is a Cidr invariant, so this cannot fail; fall back to /32
+                    // rather than panic.
+                    ipnet::Ipv4Net::new(a, cidr.prefix_len())
+                        .unwrap_or_else(|_| ipnet::Ipv4Net::from(a)),
+                ),
+                core::net::IpAddr::V6(a) => ipnet::IpNet::V6(
+                    ipnet::Ipv6Net::new(a, cidr.prefix_len())
+                        .unwrap_or_else(|_| ipnet::Ipv6Net::from(a)),
+                ),
+            }
+        }
+    }
+
+    impl TryFrom<ipnet::IpNet> for Cidr {
+        type Error = CidrError;
+
+        /// Strict: an `IpNet` with host bits set (`10.0.0.1/8`) is rejected with
+        /// [`CidrError::HostBitsSet`]; use `Cidr::from(net.trunc())` to accept it.
+        fn try_from(net: ipnet::IpNet) -> Result<Cidr, CidrError> {
+            Cidr::new(net.addr(), net.prefix_len())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::fmt::Write;
+
+    struct Buf {
+        bytes: [u8; 64],
+        len: usize,
+    }
+    impl Write for Buf {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            let end = self.len + s.len();
+            if end > self.bytes.len() {
+                return Err(fmt::Error);
+            }
+            self.bytes[self.len..end].copy_from_slice(s.as_bytes());
+            self.len = end;
+            Ok(())
+        }
+    }
+    fn show(c: &Cidr) -> Buf {
+        let mut b = Buf {
+            bytes: [0; 64],
+            len: 0,
+        };
+        write!(b, "{c}").unwrap();
+        b
+    }
+    fn text(b: &Buf) -> &str {
+        core::str::from_utf8(&b.bytes[..b.len]).unwrap()
+    }
+
+    #[test]
+    fn parse_and_display_round_trip() {
+        let cases = [
+            ("10.42.0.0/16", "10.42.0.0/16"),
+            ("0.0.0.0/0", "0.0.0.0/0"),
+            ("10.42.5.7/32", "10.42.5.7/32"),
+            ("2001:db8:1234:ff00::/56", "2001:db8:1234:ff00::/56"),
+            ("2001:DB8::/32", "2001:db8::/32"),
+            ("fd00:10:244::/64", "fd00:10:244::/64"),
+            ("::/0", "::/0"),
+            ("fd00::/110", "fd00::/110"),
+        ];
+        for (input, canonical) in cases {
+            let c = Cidr::parse(input).unwrap();
+            assert_eq!(text(&show(&c)), canonical, "{input}");
+            assert_eq!(Cidr::parse(canonical).unwrap(), c);
+        }
+    }
+
+    #[test]
+    fn parse_rejects_garbage_and_host_bits() {
+        let bad = [
+            ("", CidrError::Syntax),
+            ("10.0.0.0", CidrError::Syntax),
+            ("10.0.0.0/", CidrError::Syntax),
+            ("10.0.0.0/+8", CidrError::Syntax),
+            ("10.0.0.0/-1", CidrError::Syntax),
+            ("10.0.0.0/0008", CidrError::Syntax),
+            ("***HIDDEN***/25", CidrError::Syntax),
+            ("10.0.0.0/8/8", CidrError::Syntax),
+            (" 10.0.0.0/8", CidrError::Syntax),
+            (
+                "10.0.0.0/33",
+                CidrError::InvalidPrefixLen {
+                    prefix_len: 33,
+                    max: 32,
+                },
+            ),
+            (
+                "fd00::/129",
+                CidrError::InvalidPrefixLen {
+                    prefix_len: 129,
+                    max: 128,
+                },
+            ),
+            (
+                "fd00::/999",
+                CidrError::InvalidPrefixLen {
+                    prefix_len: 255,
+                    max: 128,
+                },
+            ),
+            ("10.0.0.1/8", CidrError::HostBitsSet),
+            ("fd00::1/64", CidrError::HostBitsSet),
+        ];
+        for (input, err) in bad {
+            assert_eq!(Cidr::parse(input), Err(err), "{input:?}");
+        }
+    }
+
+    #[test]
+    fn parse_masked_clears_and_reports_host_bits() {
+        let (c, had) = Cidr::parse_masked("10.42.7.9/16").unwrap();
+        assert_eq!(c, Cidr::parse("10.42.0.0/16").unwrap());
+        assert!(had);
+        let (c, had) = Cidr::parse_masked("fd00::/48").unwrap();
+        assert_eq!(c.prefix_len(), 48);
+        assert!(!had);
+    }
+
+    #[test]
+    fn contains_and_overlaps() {
+        let p = |s| Cidr::parse(s).unwrap();
+        assert!(p("10.0.0.0/8").contains(&p("10.42.0.0/16")));
+        assert!(!p("10.42.0.0/16").contains(&p("10.0.0.0/8")));
+        assert!(p("10.42.0.0/16").overlaps(&p("10.0.0.0/8")));
+        assert!(!p("10.42.0.0/16").overlaps(&p("10.43.0.0/16")));
+        assert!(!p("10.0.0.0/8").overlaps(&p("fd00::/8")));
+        assert!(p("::/0").contains(&p("fd00::/128")));
+        assert!(p("0.0.0.0/0").contains(&p("255.255.255.255/32")));
+        assert_eq!(p("10.42.8.0/22").last_bits(), 0x0A2A_0BFF);
+        assert_eq!(p("::/0").last_bits(), u128::MAX);
+        assert_eq!(p("0.0.0.0/0").last_bits(), u32::MAX as u128);
+    }
+}

@@ -1,0 +1,397 @@
+//! Validation of kube-controller-manager's node IPAM flags: `--cluster-cidr`,
+//! `--node-cidr-mask-size[-ipv4|-ipv6]` and `--service-cluster-ip-range`.
+//!
+//! Pure functions over the flag text; no allocation (`heapless::Vec` of at most 2 entries).
+
+use core::fmt;
+
+use heapless::Vec;
+
+use crate::cidr::{Cidr, Family};
+use crate::cidr_set::MAX_BLOCK_BITS;
+use crate::error::CidrError;
+
+/// Default node CIDR mask size for IPv4 cluster CIDRs, in bits (kube-controller-manager: 24).
+pub const DEFAULT_NODE_MASK_SIZE_IPV4: u8 = 24;
+/// Default node CIDR mask size for IPv6 cluster CIDRs, in bits (kube-controller-manager: 64).
+pub const DEFAULT_NODE_MASK_SIZE_IPV6: u8 = 64;
+
+/// The node mask size flags as given; `None` (or `Some(0)`, kube-controller-manager's "unset")
+/// means not given.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct NodeMaskFlags {
+    /// `--node-cidr-mask-size` (single-stack only), bits.
+    pub node_cidr_mask_size: Option<u8>,
+    /// `--node-cidr-mask-size-ipv4`, bits.
+    pub node_cidr_mask_size_ipv4: Option<u8>,
+    /// `--node-cidr-mask-size-ipv6`, bits.
+    pub node_cidr_mask_size_ipv6: Option<u8>,
+}
+
+/// One validated cluster CIDR with its node mask size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct ClusterCidrConfig {
+    /// The cluster CIDR (host bits cleared).
+    pub cluster_cidr: Cidr,
+    /// The node CIDR mask size for it, in bits.
+    pub node_mask_size: u8,
+    /// Whether the flag text had host bits set (`10.0.0.1/8`): accepted as upstream does, but
+    /// worth a warning.
+    pub host_bits_were_set: bool,
+}
+
+impl ClusterCidrConfig {
+    /// Number of node blocks: 2^(node mask size − cluster prefix length) (≤ 2^24 once validated).
+    pub fn block_count(&self) -> u32 {
+        1u32 << (self.node_mask_size - self.cluster_cidr.prefix_len()).min(MAX_BLOCK_BITS)
+    }
+}
+
+/// A validated node IPAM configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpamConfig {
+    /// One or two cluster CIDRs, flag order (the first is the family of `spec.podCIDR`).
+    pub cluster_cidrs: Vec<ClusterCidrConfig, 2>,
+    /// Zero, one or two service CIDRs (different families), host bits cleared.
+    pub service_cidrs: Vec<Cidr, 2>,
+}
+
+impl IpamConfig {
+    /// Whether two cluster CIDRs (one per family) are configured.
+    pub fn is_dual_stack(&self) -> bool {
+        self.cluster_cidrs.len() == 2
+    }
+}
+
+/// A configuration error: names the flag and says how to fix it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// `--cluster-cidr` is empty while CIDR allocation is on.
+    ClusterCidrMissing,
+    /// An entry of `--cluster-cidr` is not a CIDR.
+    ClusterCidrInvalid {
+        /// 0-based position in the comma list.
+        index: u8,
+        /// Why.
+        error: CidrError,
+    },
+    /// More than two `--cluster-cidr` entries.
+    TooManyClusterCidrs {
+        /// How many were given.
+        count: usize,
+    },
+    /// Two `--cluster-cidr` entries of the same family.
+    ClusterCidrsNotDualStack {
+        /// The family both have.
+        family: Family,
+    },
+    /// `--node-cidr-mask-size` with two cluster CIDRs.
+    SingleMaskWithDualStack,
+    /// `--node-cidr-mask-size` together with a per-family flag on a single-stack cluster.
+    SingleMaskWithFamilyMask,
+    /// A per-family mask flag that does not match a single-stack cluster's family.
+    FamilyMaskForOtherFamily {
+        /// The flag's family (`--node-cidr-mask-size-ipv4` is V4).
+        flag_family: Family,
+    },
+    /// The node mask size is shorter than the cluster prefix or longer than the address.
+    NodeMaskSizeOutOfRange {
+        /// The flag that set it (or whose default applied).
+        flag: &'static str,
+        /// The node mask size, bits.
+        node_mask_size: u8,
+        /// The cluster CIDR it applies to.
+        cluster_cidr: Cidr,
+    },
+    /// The node mask size cuts the cluster CIDR into more than 2^24 blocks.
+    NodeMaskSizeTooManyBlocks {
+        /// The flag that set it (or whose default applied).
+        flag: &'static str,
+        /// The node mask size, bits.
+        node_mask_size: u8,
+        /// The cluster CIDR it applies to.
+        cluster_cidr: Cidr,
+    },
+    /// An entry of `--service-cluster-ip-range` is not a CIDR.
+    ServiceCidrInvalid {
+        /// 0-based position in the comma list.
+        index: u8,
+        /// Why.
+        error: CidrError,
+    },
+    /// More than two `--service-cluster-ip-range` entries.
+    TooManyServiceCidrs {
+        /// How many were given.
+        count: usize,
+    },
+    /// Two `--service-cluster-ip-range` entries of the same family.
+    ServiceCidrsNotDualStack {
+        /// The family both have.
+        family: Family,
+    },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::ClusterCidrMissing => f.write_str(
+                "--cluster-cidr is required when --allocate-node-cidrs=true: give one CIDR, or one IPv4 and one IPv6 separated by a comma",
+            ),
+            ConfigError::ClusterCidrInvalid { index, error } => write!(
+                f,
+                "--cluster-cidr entry {} is invalid ({error}); write e.g. --cluster-cidr=10.244.0.0/16,fd00:10:244::/56",
+                index + 1
+            ),
+            ConfigError::TooManyClusterCidrs { count } => write!(
+                f,
+                "--cluster-cidr has {count} entries; at most 2 are allowed (one IPv4 and one IPv6)"
+            ),
+            ConfigError::ClusterCidrsNotDualStack { family } => write!(
+                f,
+                "--cluster-cidr has two {family} entries; a dual-stack cluster needs one IPv4 and one IPv6 CIDR"
+            ),
+            ConfigError::SingleMaskWithDualStack => f.write_str(
+                "--node-cidr-mask-size is not allowed with a dual-stack --cluster-cidr; use --node-cidr-mask-size-ipv4 and --node-cidr-mask-size-ipv6",
+            ),
+            ConfigError::SingleMaskWithFamilyMask => f.write_str(
+                "--node-cidr-mask-size cannot be combined with --node-cidr-mask-size-ipv4 or --node-cidr-mask-size-ipv6; set only one of them",
+            ),
+            ConfigError::FamilyMaskForOtherFamily { flag_family } => {
+                let (flag, cluster) = match flag_family {
+                    Family::V4 => ("--node-cidr-mask-size-ipv4", "IPv6"),
+                    Family::V6 => ("--node-cidr-mask-size-ipv6", "IPv4"),
+                };
+                write!(
+                    f,
+                    "{flag} is not allowed for a single-stack {cluster} --cluster-cidr; use --node-cidr-mask-size"
+                )
+            }
+            ConfigError::NodeMaskSizeOutOfRange {
+                flag,
+                node_mask_size,
+                cluster_cidr,
+            } => write!(
+                f,
+                "{flag}={node_mask_size} does not fit --cluster-cidr {cluster_cidr}: it must be between {} and {}",
+                cluster_cidr.prefix_len(),
+                cluster_cidr.family().max_prefix_len()
+            ),
+            ConfigError::NodeMaskSizeTooManyBlocks {
+                flag,
+                node_mask_size,
+                cluster_cidr,
+            } => write!(
+                f,
+                "{flag}={node_mask_size} cuts --cluster-cidr {cluster_cidr} into 2^{} node CIDRs; at most 2^24 are supported: use a mask size of at most {}",
+                node_mask_size.saturating_sub(cluster_cidr.prefix_len()),
+                cluster_cidr.prefix_len().saturating_add(MAX_BLOCK_BITS)
+            ),
+            ConfigError::ServiceCidrInvalid { index, error } => write!(
+                f,
+                "--service-cluster-ip-range entry {} is invalid ({error}); write e.g. --service-cluster-ip-range=10.96.0.0/12",
+                index + 1
+            ),
+            ConfigError::TooManyServiceCidrs { count } => write!(
+                f,
+                "--service-cluster-ip-range has {count} entries; at most 2 are allowed (one IPv4 and one IPv6)"
+            ),
+            ConfigError::ServiceCidrsNotDualStack { family } => write!(
+                f,
+                "--service-cluster-ip-range has two {family} entries; two entries must be one IPv4 and one IPv6"
+            ),
+        }
+    }
+}
+
+impl core::error::Error for ConfigError {}
+
+/// A comma list of at most two CIDRs, parsed upstream-style (host bits cleared, reported).
+/// Empty entries around commas are ignored as `strings.Split` + trim would not — an empty entry is
+/// a syntax error, like kube-controller-manager's `ParseCIDRs`.
+fn parse_cidr_list(text: &str) -> Result<Vec<(Cidr, bool), 2>, (usize, Option<(u8, CidrError)>)> {
+    let count = text.split(',').count();
+    if count > 2 {
+        return Err((count, None));
+    }
+    let mut out = Vec::new();
+    for (index, entry) in text.split(',').enumerate() {
+        match Cidr::parse_masked(entry.trim()) {
+            Ok(parsed) => {
+                let _ = out.push(parsed);
+            }
+            Err(error) => return Err((count, Some((index as u8, error)))),
+        }
+    }
+    Ok(out)
+}
+
+/// Validates `--cluster-cidr` (comma list): 1 or 2 CIDRs; two must be one IPv4 and one IPv6
+/// (kube-controller-manager's rule). Host bits are cleared and reported per entry.
+///
+/// # Errors
+/// [`ConfigError::ClusterCidrMissing`], [`ConfigError::ClusterCidrInvalid`],
+/// [`ConfigError::TooManyClusterCidrs`], [`ConfigError::ClusterCidrsNotDualStack`].
+pub fn parse_cluster_cidrs(text: &str) -> Result<Vec<(Cidr, bool), 2>, ConfigError> {
+    if text.trim().is_empty() {
+        return Err(ConfigError::ClusterCidrMissing);
+    }
+    let list = parse_cidr_list(text).map_err(|(count, error)| match error {
+        Some((index, error)) => ConfigError::ClusterCidrInvalid { index, error },
+        None => ConfigError::TooManyClusterCidrs { count },
+    })?;
+    if let [(a, _), (b, _)] = list.as_slice()
+        && a.family() == b.family()
+    {
+        return Err(ConfigError::ClusterCidrsNotDualStack { family: a.family() });
+    }
+    Ok(list)
+}
+
+/// Validates `--service-cluster-ip-range` (comma list; empty = none): at most 2 CIDRs, two must be
+/// of different families. Host bits are cleared.
+///
+/// # Errors
+/// [`ConfigError::ServiceCidrInvalid`], [`ConfigError::TooManyServiceCidrs`],
+/// [`ConfigError::ServiceCidrsNotDualStack`].
+pub fn parse_service_cidrs(text: &str) -> Result<Vec<Cidr, 2>, ConfigError> {
+    if text.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    let list = parse_cidr_list(text).map_err(|(count, error)| match error {
+        Some((index, error)) => ConfigError::ServiceCidrInvalid { index, error },
+        None => ConfigError::TooManyServiceCidrs { count },
+    })?;
+    if let [(a, _), (b, _)] = list.as_slice()
+        && a.family() == b.family()
+    {
+        return Err(ConfigError::ServiceCidrsNotDualStack { family: a.family() });
+    }
+    let mut out = Vec::new();
+    for (cidr, _) in list {
+        let _ = out.push(cidr);
+    }
+    Ok(out)
+}
+
+/// Picks the node mask size for each cluster CIDR from the flags, exactly as kube-controller-manager's
+/// `setNodeCIDRMaskSizes` does: dual-stack rejects `--node-cidr-mask-size` and uses the per-family
+/// flags (defaults 24 and 64); single-stack uses `--node-cidr-mask-size`, or the flag of its own
+/// family, and rejects the other family's flag or a mix. Then checks each size against its cluster
+/// CIDR: cluster prefix ≤ mask ≤ 32/128 and at most 2^24 blocks.
+///
+/// Returns `(mask size, flag that set it)` per cluster CIDR, in the same order.
+///
+/// # Errors
+/// [`ConfigError::SingleMaskWithDualStack`], [`ConfigError::SingleMaskWithFamilyMask`],
+/// [`ConfigError::FamilyMaskForOtherFamily`], [`ConfigError::NodeMaskSizeOutOfRange`],
+/// [`ConfigError::NodeMaskSizeTooManyBlocks`].
+pub fn resolve_node_mask_sizes(
+    cluster_cidrs: &[Cidr],
+    flags: NodeMaskFlags,
+) -> Result<Vec<(u8, &'static str), 2>, ConfigError> {
+    let given = |v: Option<u8>| v.filter(|&m| m != 0);
+    let single = given(flags.node_cidr_mask_size);
+    let v4 = given(flags.node_cidr_mask_size_ipv4);
+    let v6 = given(flags.node_cidr_mask_size_ipv6);
+    let dual_stack = cluster_cidrs.len() > 1;
+    let mut v4_choice = (DEFAULT_NODE_MASK_SIZE_IPV4, "--node-cidr-mask-size-ipv4");
+    let mut v6_choice = (DEFAULT_NODE_MASK_SIZE_IPV6, "--node-cidr-mask-size-ipv6");
+    if dual_stack {
+        if single.is_some() {
+            return Err(ConfigError::SingleMaskWithDualStack);
+        }
+        if let Some(m) = v4 {
+            v4_choice.0 = m;
+        }
+        if let Some(m) = v6 {
+            v6_choice.0 = m;
+        }
+    } else {
+        let single_family = cluster_cidrs.first().map(Cidr::family);
+        if let Some(m) = single {
+            if v4.is_some() || v6.is_some() {
+                return Err(ConfigError::SingleMaskWithFamilyMask);
+            }
+            v4_choice = (m, "--node-cidr-mask-size");
+            v6_choice = (m, "--node-cidr-mask-size");
+        } else {
+            if let Some(m) = v4 {
+                if single_family == Some(Family::V6) {
+                    return Err(ConfigError::FamilyMaskForOtherFamily {
+                        flag_family: Family::V4,
+                    });
+                }
+                v4_choice.0 = m;
+            }
+            if let Some(m) = v6 {
+                if single_family == Some(Family::V4) {
+                    return Err(ConfigError::FamilyMaskForOtherFamily {
+                        flag_family: Family::V6,
+                    });
+                }
+                v6_choice.0 = m;
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for cluster_cidr in cluster_cidrs.iter().take(2) {
+        let (node_mask_size, flag) = match cluster_cidr.family() {
+            Family::V4 => v4_choice,
+            Family::V6 => v6_choice,
+        };
+        if node_mask_size < cluster_cidr.prefix_len()
+            || node_mask_size > cluster_cidr.family().max_prefix_len()
+        {
+            return Err(ConfigError::NodeMaskSizeOutOfRange {
+                flag,
+                node_mask_size,
+                cluster_cidr: *cluster_cidr,
+            });
+        }
+        if node_mask_size - cluster_cidr.prefix_len() > MAX_BLOCK_BITS {
+            return Err(ConfigError::NodeMaskSizeTooManyBlocks {
+                flag,
+                node_mask_size,
+                cluster_cidr: *cluster_cidr,
+            });
+        }
+        let _ = out.push((node_mask_size, flag));
+    }
+    Ok(out)
+}
+
+/// Validates the whole node IPAM configuration: `--cluster-cidr` text, `--service-cluster-ip-range`
+/// text (empty for none) and the node mask flags.
+///
+/// # Errors
+/// Any [`ConfigError`] from [`parse_cluster_cidrs`], [`parse_service_cidrs`] or
+/// [`resolve_node_mask_sizes`].
+pub fn validate(
+    cluster_cidr_flag: &str,
+    service_cidr_flag: &str,
+    mask_flags: NodeMaskFlags,
+) -> Result<IpamConfig, ConfigError> {
+    let clusters = parse_cluster_cidrs(cluster_cidr_flag)?;
+    let mut cidrs: Vec<Cidr, 2> = Vec::new();
+    for (cidr, _) in &clusters {
+        let _ = cidrs.push(*cidr);
+    }
+    let masks = resolve_node_mask_sizes(&cidrs, mask_flags)?;
+    let service_cidrs = parse_service_cidrs(service_cidr_flag)?;
+    let mut cluster_cidrs = Vec::new();
+    for ((cluster_cidr, host_bits_were_set), (node_mask_size, _)) in clusters.iter().zip(masks) {
+        let _ = cluster_cidrs.push(ClusterCidrConfig {
+            cluster_cidr: *cluster_cidr,
+            node_mask_size,
+            host_bits_were_set: *host_bits_were_set,
+        });
+    }
+    Ok(IpamConfig {
+        cluster_cidrs,
+        service_cidrs,
+    })
+}

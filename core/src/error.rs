@@ -1,0 +1,226 @@
+//! Typed errors. Every variant is a distinct cause a caller can branch on; `Display` says what was
+//! wrong and, for configuration errors, which flag to change and how.
+
+use core::fmt;
+
+use crate::cidr::{Cidr, Family};
+
+/// Why CIDR text or parts were rejected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum CidrError {
+    /// The text is not `address/prefix-length` (an IPv4 dotted quad or IPv6 text, a `/`, and 1–3
+    /// decimal digits).
+    Syntax,
+    /// The prefix length (bits) is larger than the family allows: `max` is 32 for IPv4, 128 for
+    /// IPv6. Values over 255 are reported as 255.
+    InvalidPrefixLen {
+        /// The prefix length given, in bits.
+        prefix_len: u8,
+        /// The largest valid prefix length for the family, in bits.
+        max: u8,
+    },
+    /// The address has bits set past the prefix length (e.g. `10.0.0.1/8`), in a strict parse.
+    HostBitsSet,
+}
+
+impl fmt::Display for CidrError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CidrError::Syntax => f.write_str(
+                "not a CIDR: expected address/prefix-length, e.g. 10.244.0.0/16 or fd00:10:244::/56",
+            ),
+            CidrError::InvalidPrefixLen { prefix_len, max } => write!(
+                f,
+                "prefix length /{prefix_len} is longer than the address (at most /{max})"
+            ),
+            CidrError::HostBitsSet => {
+                f.write_str("address has bits set past the prefix length (not a network address)")
+            }
+        }
+    }
+}
+
+impl core::error::Error for CidrError {}
+
+/// Why an allocator operation (on a [`crate::CidrSet`] or a [`crate::Pool`]) failed. A call that
+/// returns an error has changed nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum AllocError {
+    /// Every block of this cluster CIDR is allocated (upstream's "no cidrs remaining").
+    Exhausted {
+        /// The cluster CIDR that has no free block.
+        cluster_cidr: Cidr,
+    },
+    /// The CIDR shares no address with the cluster CIDR.
+    OutOfRange {
+        /// The CIDR asked for.
+        cidr: Cidr,
+        /// The cluster CIDR it was checked against.
+        cluster_cidr: Cidr,
+    },
+    /// The CIDR's family differs from the cluster CIDR's.
+    FamilyMismatch {
+        /// The CIDR asked for.
+        cidr: Cidr,
+        /// The cluster CIDR it was checked against.
+        cluster_cidr: Cidr,
+    },
+    /// No cluster CIDR of this CIDR's family is configured (e.g. an IPv6 podCIDR on an IPv4-only
+    /// cluster).
+    NoClusterCidrForFamily {
+        /// The CIDR asked for.
+        cidr: Cidr,
+    },
+    /// The node mask size is shorter than the cluster prefix or longer than the address.
+    InvalidNodeMaskSize {
+        /// The cluster CIDR.
+        cluster_cidr: Cidr,
+        /// The node CIDR mask size (prefix length, bits).
+        node_mask_size: u8,
+    },
+    /// `node_mask_size − cluster prefix` exceeds 24: more than 2^24 blocks.
+    TooManyBlocks {
+        /// The cluster CIDR.
+        cluster_cidr: Cidr,
+        /// The node CIDR mask size (prefix length, bits).
+        node_mask_size: u8,
+    },
+    /// The caller-supplied storage has fewer `u64` words than the set needs
+    /// ([`crate::storage_words`]).
+    StorageTooSmall {
+        /// Words needed.
+        needed_words: usize,
+        /// Words supplied.
+        provided_words: usize,
+    },
+    /// A block index at or past the set's block count.
+    BlockIndexOutOfRange {
+        /// The index asked for.
+        block_index: u32,
+        /// The number of blocks in the set.
+        block_count: u32,
+    },
+    /// An aligned multi-block request whose prefix is shorter than the cluster prefix or longer
+    /// than the node mask size.
+    InvalidBlockPrefixLen {
+        /// The prefix length asked for, in bits.
+        prefix_len: u8,
+        /// The cluster CIDR.
+        cluster_cidr: Cidr,
+        /// The node CIDR mask size (prefix length, bits).
+        node_mask_size: u8,
+    },
+    /// More than two podCIDRs, or more than two cluster CIDRs, were given.
+    TooManyCidrs {
+        /// How many were given.
+        count: usize,
+    },
+    /// Two podCIDRs (or two cluster CIDRs) of the same family were given; a node has at most one
+    /// per family.
+    DuplicateFamily {
+        /// The family given twice.
+        family: Family,
+    },
+    /// No cluster CIDR was given to a pool.
+    NoClusterCidr,
+    /// A service CIDR covers every remaining block of a cluster CIDR, leaving nothing to allocate.
+    ServiceCidrFillsClusterCidr {
+        /// The service CIDR.
+        service_cidr: Cidr,
+        /// The cluster CIDR it fills.
+        cluster_cidr: Cidr,
+    },
+}
+
+impl fmt::Display for AllocError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AllocError::Exhausted { cluster_cidr } => {
+                write!(f, "no free pod CIDR left in cluster CIDR {cluster_cidr}")
+            }
+            AllocError::OutOfRange { cidr, cluster_cidr } => {
+                write!(f, "{cidr} is outside cluster CIDR {cluster_cidr}")
+            }
+            AllocError::FamilyMismatch { cidr, cluster_cidr } => write!(
+                f,
+                "{cidr} is {} but cluster CIDR {cluster_cidr} is {}",
+                cidr.family(),
+                cluster_cidr.family()
+            ),
+            AllocError::NoClusterCidrForFamily { cidr } => {
+                write!(
+                    f,
+                    "{cidr} is {} and no {} cluster CIDR is configured",
+                    cidr.family(),
+                    cidr.family()
+                )
+            }
+            AllocError::InvalidNodeMaskSize {
+                cluster_cidr,
+                node_mask_size,
+            } => write!(
+                f,
+                "node CIDR mask size /{node_mask_size} must be between the cluster prefix /{} and /{}",
+                cluster_cidr.prefix_len(),
+                cluster_cidr.family().max_prefix_len()
+            ),
+            AllocError::TooManyBlocks {
+                cluster_cidr,
+                node_mask_size,
+            } => write!(
+                f,
+                "cluster CIDR {cluster_cidr} cut into /{node_mask_size} blocks gives 2^{} blocks; at most 2^24 are supported",
+                node_mask_size.saturating_sub(cluster_cidr.prefix_len())
+            ),
+            AllocError::StorageTooSmall {
+                needed_words,
+                provided_words,
+            } => write!(
+                f,
+                "bitmap storage has {provided_words} words, {needed_words} are needed"
+            ),
+            AllocError::BlockIndexOutOfRange {
+                block_index,
+                block_count,
+            } => write!(
+                f,
+                "block index {block_index} is not below the block count {block_count}"
+            ),
+            AllocError::InvalidBlockPrefixLen {
+                prefix_len,
+                cluster_cidr,
+                node_mask_size,
+            } => write!(
+                f,
+                "block prefix /{prefix_len} must be between the cluster prefix /{} and the node mask /{node_mask_size}",
+                cluster_cidr.prefix_len()
+            ),
+            AllocError::TooManyCidrs { count } => {
+                write!(
+                    f,
+                    "{count} CIDRs given; at most 2 (one IPv4, one IPv6) are allowed"
+                )
+            }
+            AllocError::DuplicateFamily { family } => {
+                write!(
+                    f,
+                    "two {family} CIDRs given; at most one per family is allowed"
+                )
+            }
+            AllocError::NoClusterCidr => f.write_str("no cluster CIDR configured"),
+            AllocError::ServiceCidrFillsClusterCidr {
+                service_cidr,
+                cluster_cidr,
+            } => write!(
+                f,
+                "service CIDR {service_cidr} covers every free block of cluster CIDR {cluster_cidr}: no pod CIDR could ever be allocated"
+            ),
+        }
+    }
+}
+
+impl core::error::Error for AllocError {}

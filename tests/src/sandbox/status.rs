@@ -1,0 +1,244 @@
+//! API errors rendered as `meta/v1` `Status` objects, as kube-apiserver sends them.
+
+use serde_json::{Value, json};
+
+use super::resource::Resource;
+
+/// One `details.causes[]` entry of a `Status` (a field-level validation or conflict cause).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cause {
+    /// Machine-readable reason, e.g. `FieldValueInvalid`, `FieldValueForbidden`, `FieldManagerConflict`.
+    pub reason: String,
+    /// Human-readable message.
+    pub message: String,
+    /// JSON path of the field, e.g. `spec.podCIDRs[0]`.
+    pub field: String,
+}
+
+impl Cause {
+    /// A cause with the given reason, field path and message.
+    pub fn new(reason: &str, field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            reason: reason.to_owned(),
+            message: message.into(),
+            field: field.into(),
+        }
+    }
+}
+
+/// An error answer of the sandbox: HTTP code plus the `Status` body fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status code (`Status.code`).
+    pub code: u16,
+    /// `Status.reason`, e.g. `NotFound`, `Conflict`, `Invalid`, `Expired`.
+    pub reason: &'static str,
+    /// `Status.message`.
+    pub message: String,
+    /// `details.name`, `details.group`, `details.kind` when the error concerns one object.
+    pub target: Option<(String, String, String)>,
+    /// `details.causes`.
+    pub causes: Vec<Cause>,
+    /// `Retry-After` header and `details.retryAfterSeconds`, in seconds.
+    pub retry_after_secs: Option<u64>,
+}
+
+impl ApiError {
+    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            reason,
+            message: message.into(),
+            target: None,
+            causes: Vec::new(),
+            retry_after_secs: None,
+        }
+    }
+
+    fn about(mut self, res: Resource, name: &str) -> Self {
+        self.target = Some((name.to_owned(), res.group().to_owned(), res.plural().to_owned()));
+        self
+    }
+
+    /// 404 `NotFound`: `nodes "x" not found`.
+    pub fn not_found(res: Resource, name: &str) -> Self {
+        Self::new(404, "NotFound", format!("{} \"{name}\" not found", res.qualified_plural())).about(res, name)
+    }
+
+    /// 404 for a namespace that does not exist.
+    pub fn namespace_not_found(ns: &str) -> Self {
+        let mut e = Self::new(404, "NotFound", format!("namespaces \"{ns}\" not found"));
+        e.target = Some((ns.to_owned(), String::new(), "namespaces".to_owned()));
+        e
+    }
+
+    /// 404 for a path the sandbox does not serve.
+    pub fn no_route(path: &str) -> Self {
+        Self::new(404, "NotFound", format!("the server could not find the requested resource ({path})"))
+    }
+
+    /// 409 `AlreadyExists` on create.
+    pub fn already_exists(res: Resource, name: &str) -> Self {
+        Self::new(409, "AlreadyExists", format!("{} \"{name}\" already exists", res.qualified_plural())).about(res, name)
+    }
+
+    /// 409 `Conflict` for a stale `metadata.resourceVersion` (optimistic concurrency).
+    pub fn stale(res: Resource, name: &str) -> Self {
+        Self::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                res.qualified_plural()
+            ),
+        )
+        .about(res, name)
+    }
+
+    /// 409 `Conflict` for a precondition (uid) that does not hold.
+    pub fn precondition(res: Resource, name: &str, message: impl Into<String>) -> Self {
+        Self::new(
+            409,
+            "Conflict",
+            format!("Operation cannot be fulfilled on {} \"{name}\": {}", res.qualified_plural(), message.into()),
+        )
+        .about(res, name)
+    }
+
+    /// 409 `Conflict` from server-side apply: fields owned by other managers.
+    pub fn apply_conflict(res: Resource, name: &str, conflicts: &[(String, String)]) -> Self {
+        let list: Vec<String> = conflicts
+            .iter()
+            .map(|(m, f)| format!("conflict with \"{m}\": {f}"))
+            .collect();
+        let message = if conflicts.len() == 1 {
+            format!("Apply failed with 1 conflict: {}", list.join(""))
+        } else {
+            format!("Apply failed with {} conflicts: {}", conflicts.len(), list.join("\n"))
+        };
+        let mut e = Self::new(409, "Conflict", message).about(res, name);
+        e.causes = conflicts
+            .iter()
+            .map(|(m, f)| Cause::new("FieldManagerConflict", f.clone(), format!("conflict with \"{m}\"")))
+            .collect();
+        e
+    }
+
+    /// 422 `Invalid` with field causes: `Node "x" is invalid: spec.podCIDRs: Forbidden: …`.
+    pub fn invalid(res: Resource, name: &str, causes: Vec<Cause>) -> Self {
+        let parts: Vec<String> = causes.iter().map(|c| format!("{}: {}", c.field, c.message)).collect();
+        let joined = if parts.len() == 1 {
+            parts.join("")
+        } else {
+            format!("[{}]", parts.join(", "))
+        };
+        let mut e = Self::new(422, "Invalid", format!("{} \"{name}\" is invalid: {joined}", res.kind())).about(res, name);
+        e.target = Some((name.to_owned(), res.group().to_owned(), res.kind().to_owned()));
+        e.causes = causes;
+        e
+    }
+
+    /// 400 `BadRequest`.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, "BadRequest", message)
+    }
+
+    /// 410 `Expired` (`Gone`): a resourceVersion or continue token older than the kept history.
+    pub fn expired(message: impl Into<String>) -> Self {
+        Self::new(410, "Expired", message)
+    }
+
+    /// 405 `MethodNotAllowed`.
+    pub fn method_not_allowed(message: impl Into<String>) -> Self {
+        Self::new(405, "MethodNotAllowed", message)
+    }
+
+    /// 415 `UnsupportedMediaType`.
+    pub fn unsupported_media_type(content_type: &str) -> Self {
+        Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type:?})"))
+    }
+
+    /// 500 `InternalError`.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(500, "InternalError", message)
+    }
+
+    /// 429 `TooManyRequests` with `Retry-After`.
+    pub fn too_many_requests(retry_after_secs: u64) -> Self {
+        let mut e = Self::new(429, "TooManyRequests", "the server has received too many requests and has asked us to try again later");
+        e.retry_after_secs = Some(retry_after_secs);
+        e
+    }
+
+    /// 504 `Timeout`.
+    pub fn timeout(message: impl Into<String>) -> Self {
+        Self::new(504, "Timeout", message)
+    }
+
+    /// An error with an arbitrary code, for fault injection (reason chosen from the code).
+    pub fn with_code(code: u16) -> Self {
+        match code {
+            400 => Self::bad_request("injected fault"),
+            404 => Self::new(404, "NotFound", "injected fault"),
+            409 => Self::new(409, "Conflict", "injected fault"),
+            410 => Self::expired("injected fault"),
+            429 => Self::too_many_requests(1),
+            503 => Self::new(503, "ServiceUnavailable", "injected fault"),
+            504 => Self::timeout("injected fault"),
+            c => Self::new(c, "InternalError", "Internal error occurred: injected fault"),
+        }
+    }
+
+    /// The `Status` object (`kind: Status`, `apiVersion: v1`).
+    pub fn to_status(&self) -> Value {
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        });
+        let mut details = serde_json::Map::new();
+        if let Some((name, group, kind)) = &self.target {
+            details.insert("name".into(), json!(name));
+            if !group.is_empty() {
+                details.insert("group".into(), json!(group));
+            }
+            details.insert("kind".into(), json!(kind));
+        }
+        if !self.causes.is_empty() {
+            let causes: Vec<Value> = self
+                .causes
+                .iter()
+                .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+                .collect();
+            details.insert("causes".into(), Value::Array(causes));
+        }
+        if let Some(secs) = self.retry_after_secs {
+            details.insert("retryAfterSeconds".into(), json!(secs));
+        }
+        if !details.is_empty() {
+            status["details"] = Value::Object(details);
+        }
+        status
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}: {}", self.code, self.reason, self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+/// A `Status` of success, as returned by DELETE of an object removed at once.
+pub fn success_status(res: Resource, name: &str, uid: &str) -> Value {
+    let mut details = json!({"name": name, "kind": res.plural(), "uid": uid});
+    if !res.group().is_empty() {
+        details["group"] = json!(res.group());
+    }
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details})
+}
