@@ -632,3 +632,204 @@ fn group_starts(group: u32) -> u64 {
         _ => 1,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use std::vec;
+    use std::vec::Vec;
+
+    fn cidr(text: &str) -> Cidr {
+        Cidr::parse(text).unwrap()
+    }
+
+    fn set(cluster: &str, mask: u8) -> CidrSet<Vec<u64>> {
+        let c = cidr(cluster);
+        CidrSet::new(c, mask, vec![0; storage_words_for(c.prefix_len(), mask)]).unwrap()
+    }
+
+    #[test]
+    fn storage_sizes() {
+        assert_eq!(storage_words(1), 1);
+        assert_eq!(storage_words(64), 1);
+        assert_eq!(storage_words(65), 3);
+        assert_eq!(storage_words(256), 5);
+        assert_eq!(storage_words(65_536), 1_024 + 16 + 1);
+        assert_eq!(storage_words(1 << 24), 262_144 + 4_096 + 64 + 1);
+        assert_eq!(storage_words_for(16, 24), 5);
+        assert_eq!(storage_words_for(24, 16), 1);
+    }
+
+    /// Upstream's occupy/release counting vector (cidr_set_test.go, TestCIDRSetMetrics-style).
+    #[test]
+    fn occupy_release_counts_then_fill() {
+        let mut s = set("10.42.0.0/16", 24);
+        let steps: &[(&str, &str, u32)] = &[
+            ("occupy", "10.42.5.0/24", 1),
+            ("occupy", "10.42.9.0/24", 2),
+            ("occupy", "10.42.8.0/22", 5),
+            ("occupy", "10.42.9.0/24", 5),
+            ("release", "10.42.9.0/24", 4),
+            ("release", "10.42.9.0/24", 4),
+            ("release", "10.42.4.0/22", 3),
+        ];
+        for (op, c, want) in steps {
+            match *op {
+                "occupy" => s.occupy(cidr(c)).unwrap(),
+                _ => s.release(cidr(c)).unwrap(),
+            };
+            assert_eq!(s.allocated_count(), *want, "{op} {c}");
+        }
+        for i in 0..253 {
+            s.allocate_next()
+                .unwrap_or_else(|e| panic!("allocation {i}: {e}"));
+        }
+        assert_eq!(
+            s.allocate_next(),
+            Err(AllocError::Exhausted {
+                cluster_cidr: cidr("10.42.0.0/16")
+            })
+        );
+        assert_eq!(s.allocated_count(), 256);
+    }
+
+    #[test]
+    fn ipv6_block_index_to_cidr() {
+        let s = set("2001:db8:1234:ff00::/56", 72);
+        assert_eq!(s.block_count(), 65_536);
+        assert_eq!(
+            s.block_cidr(15).unwrap(),
+            cidr("2001:db8:1234:ff00:f00::/72")
+        );
+        assert_eq!(s.block_cidr(0).unwrap(), cidr("2001:db8:1234:ff00::/72"));
+        assert_eq!(
+            s.block_cidr(65_536),
+            Err(AllocError::BlockIndexOutOfRange {
+                block_index: 65_536,
+                block_count: 65_536
+            })
+        );
+        assert_eq!(
+            s.block_range(cidr("2001:db8:1234:ff00:f00::/72")).unwrap(),
+            (15, 15)
+        );
+    }
+
+    #[test]
+    fn round_robin_order_follows_cursor() {
+        let mut s = set("10.0.0.0/28", 30); // 4 blocks
+        let got: Vec<u32> = (0..4)
+            .map(|_| s.allocate_next().unwrap().block_index)
+            .collect();
+        assert_eq!(got, [0, 1, 2, 3]);
+        assert_eq!(s.next_candidate(), 0);
+        s.release(cidr("10.0.0.4/30")).unwrap(); // block 1
+        s.release(cidr("10.0.0.12/30")).unwrap(); // block 3
+        assert_eq!(s.next_candidate(), 0, "release does not move the cursor");
+        let a = s.allocate_next().unwrap();
+        assert_eq!((a.block_index, a.tries), (1, 1));
+        let b = s.allocate_next().unwrap();
+        assert_eq!((b.block_index, b.tries), (3, 1));
+        assert_eq!(s.next_candidate(), 0);
+        // Wrap-around: free block 0, cursor at 2 after allocating block 1 again.
+        s.release(cidr("10.0.0.0/30")).unwrap();
+        s.release(cidr("10.0.0.4/30")).unwrap();
+        assert_eq!(s.allocate_next().unwrap().block_index, 0);
+        assert_eq!(s.allocate_next().unwrap().block_index, 1);
+        s.release(cidr("10.0.0.0/30")).unwrap();
+        let w = s.allocate_next().unwrap();
+        assert_eq!(
+            (w.block_index, w.tries),
+            (0, 2),
+            "wrapped from cursor 2 over blocks 2, 3"
+        );
+    }
+
+    #[test]
+    fn occupy_and_release_ranges() {
+        let mut s = set("10.42.0.0/16", 24);
+        // Larger than the cluster: every block.
+        assert_eq!(s.occupy(cidr("10.0.0.0/8")).unwrap(), 256);
+        assert_eq!(s.release(cidr("10.42.0.0/16")).unwrap(), 256);
+        // Smaller than a block: the containing block.
+        assert_eq!(s.occupy(cidr("10.42.7.128/25")).unwrap(), 1);
+        assert!(s.is_allocated(7).unwrap());
+        assert_eq!(s.allocated_in(cidr("10.42.0.0/20")).unwrap(), 1);
+        // Out of range and wrong family change nothing.
+        assert!(matches!(
+            s.occupy(cidr("10.43.0.0/24")),
+            Err(AllocError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            s.occupy(cidr("fd00::/64")),
+            Err(AllocError::FamilyMismatch { .. })
+        ));
+        assert_eq!(s.allocated_count(), 1);
+        // A /8 in a /32-block set spans 2^24 blocks.
+        let mut big = set("10.0.0.0/8", 32);
+        assert_eq!(big.block_count(), 1 << 24);
+        assert_eq!(big.occupy(cidr("10.128.0.0/9")).unwrap(), 1 << 23);
+        assert_eq!(big.allocate_next().unwrap().cidr, cidr("10.0.0.0/32"));
+        assert_eq!(big.free_count(), (1 << 23) - 1);
+    }
+
+    #[test]
+    fn aligned_allocation_is_first_fit_and_aligned() {
+        let mut s = set("10.0.0.0/16", 24);
+        s.occupy(cidr("10.0.1.0/24")).unwrap();
+        // A /23 needs two aligned blocks: 0–1 is taken (block 1), so 2–3.
+        let a = s.allocate_aligned(23).unwrap();
+        assert_eq!(a.cidr, cidr("10.0.2.0/23"));
+        assert_eq!((a.first_block_index, a.block_count), (2, 2));
+        // A /24 first-fit takes block 0.
+        assert_eq!(s.allocate_aligned(24).unwrap().cidr, cidr("10.0.0.0/24"));
+        // A /17 (128 blocks, > 64) must skip 0–127 which is partly used.
+        assert_eq!(s.allocate_aligned(17).unwrap().cidr, cidr("10.0.128.0/17"));
+        assert!(matches!(
+            s.allocate_aligned(17),
+            Err(AllocError::Exhausted { .. })
+        ));
+        assert!(matches!(
+            s.allocate_aligned(25),
+            Err(AllocError::InvalidBlockPrefixLen { .. })
+        ));
+        assert_eq!(s.allocated_count(), 1 + 2 + 1 + 128);
+        assert_eq!(s.allocate_aligned(18).unwrap().cidr, cidr("10.0.64.0/18"));
+        assert_eq!(
+            s.next_candidate(),
+            0,
+            "aligned allocation leaves the cursor alone"
+        );
+    }
+
+    #[test]
+    fn new_rejects_bad_shapes() {
+        let c = cidr("10.0.0.0/16");
+        assert!(matches!(
+            CidrSet::new(c, 8, [0u64; 4]),
+            Err(AllocError::InvalidNodeMaskSize { .. })
+        ));
+        assert!(matches!(
+            CidrSet::new(c, 33, [0u64; 4]),
+            Err(AllocError::InvalidNodeMaskSize { .. })
+        ));
+        assert!(matches!(
+            CidrSet::new(cidr("fd00::/48"), 80, [0u64; 4]),
+            Err(AllocError::TooManyBlocks { .. })
+        ));
+        assert_eq!(
+            CidrSet::new(c, 24, [0u64; 4]).err(),
+            Some(AllocError::StorageTooSmall {
+                needed_words: 5,
+                provided_words: 4
+            })
+        );
+        // One block: the whole cluster CIDR.
+        let mut one = CidrSet::new(c, 16, [0u64; 1]).unwrap();
+        assert_eq!(one.allocate_next().unwrap().cidr, c);
+        assert!(one.allocate_next().is_err());
+        let mut all = CidrSet::new(cidr("::/0"), 0, [0u64; 1]).unwrap();
+        assert_eq!(all.allocate_next().unwrap().cidr, cidr("::/0"));
+    }
+}

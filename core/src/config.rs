@@ -395,3 +395,175 @@ pub fn validate(
         service_cidrs,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use std::string::ToString;
+
+    fn flags(single: Option<u8>, v4: Option<u8>, v6: Option<u8>) -> NodeMaskFlags {
+        NodeMaskFlags {
+            node_cidr_mask_size: single,
+            node_cidr_mask_size_ipv4: v4,
+            node_cidr_mask_size_ipv6: v6,
+        }
+    }
+
+    fn masks(cluster: &str, f: NodeMaskFlags) -> Result<std::vec::Vec<u8>, ConfigError> {
+        validate(cluster, "", f).map(|c| c.cluster_cidrs.iter().map(|c| c.node_mask_size).collect())
+    }
+
+    /// kube-controller-manager's setNodeCIDRMaskSizes table.
+    #[test]
+    fn node_mask_sizes_follow_upstream() {
+        let none = flags(None, None, None);
+        assert_eq!(masks("10.0.0.0/8", none), Ok([24].into()));
+        assert_eq!(masks("fd00::/48", none), Ok([64].into()));
+        assert_eq!(masks("10.0.0.0/8,fd00::/48", none), Ok([24, 64].into()));
+        assert_eq!(masks("fd00::/48,10.0.0.0/8", none), Ok([64, 24].into()));
+        assert_eq!(
+            masks("10.0.0.0/8", flags(Some(26), None, None)),
+            Ok([26].into())
+        );
+        assert_eq!(
+            masks("fd00::/48", flags(Some(0), None, Some(80))),
+            Ok([80].into())
+        );
+        assert_eq!(
+            masks("10.0.0.0/8", flags(None, Some(25), None)),
+            Ok([25].into())
+        );
+        assert_eq!(
+            masks("10.0.0.0/8,fd00::/48", flags(None, Some(25), Some(72))),
+            Ok([25, 72].into())
+        );
+        assert_eq!(
+            masks("10.0.0.0/8,fd00::/48", flags(Some(24), None, None)),
+            Err(ConfigError::SingleMaskWithDualStack)
+        );
+        assert_eq!(
+            masks("10.0.0.0/8", flags(Some(24), Some(24), None)),
+            Err(ConfigError::SingleMaskWithFamilyMask)
+        );
+        assert_eq!(
+            masks("fd00::/48", flags(None, Some(24), None)),
+            Err(ConfigError::FamilyMaskForOtherFamily {
+                flag_family: Family::V4
+            })
+        );
+        assert_eq!(
+            masks("10.0.0.0/8", flags(None, None, Some(64))),
+            Err(ConfigError::FamilyMaskForOtherFamily {
+                flag_family: Family::V6
+            })
+        );
+    }
+
+    #[test]
+    fn errors_name_the_flag() {
+        let cases: &[(&str, &str, NodeMaskFlags, ConfigError, &str)] = &[
+            (
+                "",
+                "",
+                flags(None, None, None),
+                ConfigError::ClusterCidrMissing,
+                "--cluster-cidr",
+            ),
+            (
+                "10.0.0.0/8,garbage",
+                "",
+                flags(None, None, None),
+                ConfigError::ClusterCidrInvalid {
+                    index: 1,
+                    error: CidrError::Syntax,
+                },
+                "--cluster-cidr entry 2",
+            ),
+            (
+                "10.0.0.0/8,10.1.0.0/16",
+                "",
+                flags(None, None, None),
+                ConfigError::ClusterCidrsNotDualStack { family: Family::V4 },
+                "--cluster-cidr",
+            ),
+            (
+                "10.0.0.0/8,fd00::/48,10.1.0.0/16",
+                "",
+                flags(None, None, None),
+                ConfigError::TooManyClusterCidrs { count: 3 },
+                "--cluster-cidr",
+            ),
+            (
+                "10.0.0.0/16",
+                "",
+                flags(Some(8), None, None),
+                ConfigError::NodeMaskSizeOutOfRange {
+                    flag: "--node-cidr-mask-size",
+                    node_mask_size: 8,
+                    cluster_cidr: Cidr::parse("10.0.0.0/16").unwrap(),
+                },
+                "--node-cidr-mask-size=8",
+            ),
+            (
+                "fd00::/32",
+                "",
+                flags(None, None, None),
+                ConfigError::NodeMaskSizeTooManyBlocks {
+                    flag: "--node-cidr-mask-size-ipv6",
+                    node_mask_size: 64,
+                    cluster_cidr: Cidr::parse("fd00::/32").unwrap(),
+                },
+                "at most 56",
+            ),
+            (
+                "10.0.0.0/8",
+                "10.96.0.0/12,10.97.0.0/16",
+                flags(None, None, None),
+                ConfigError::ServiceCidrsNotDualStack { family: Family::V4 },
+                "--service-cluster-ip-range",
+            ),
+            (
+                "10.0.0.0/8",
+                "10.96.0.0/33",
+                flags(None, None, None),
+                ConfigError::ServiceCidrInvalid {
+                    index: 0,
+                    error: CidrError::InvalidPrefixLen {
+                        prefix_len: 33,
+                        max: 32,
+                    },
+                },
+                "--service-cluster-ip-range entry 1",
+            ),
+        ];
+        for (cluster, service, f, want, text) in cases {
+            let got = validate(cluster, service, *f).unwrap_err();
+            assert_eq!(got, *want, "{cluster} / {service}");
+            let message = got.to_string();
+            assert!(message.contains(text), "{message:?} lacks {text:?}");
+        }
+    }
+
+    #[test]
+    fn host_bits_are_cleared_and_reported() {
+        let config = validate(
+            "10.244.7.1/16, fd00::/104",
+            "10.96.0.1/12",
+            NodeMaskFlags::default(),
+        )
+        .unwrap();
+        assert!(config.is_dual_stack());
+        assert_eq!(
+            config.cluster_cidrs[0].cluster_cidr,
+            Cidr::parse("10.244.0.0/16").unwrap()
+        );
+        assert!(config.cluster_cidrs[0].host_bits_were_set);
+        assert!(!config.cluster_cidrs[1].host_bits_were_set);
+        assert_eq!(
+            config.service_cidrs[0],
+            Cidr::parse("10.96.0.0/12").unwrap()
+        );
+        assert_eq!(config.cluster_cidrs[0].block_count(), 256);
+    }
+}

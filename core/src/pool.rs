@@ -194,3 +194,126 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> Pool<S> {
         set.occupy(service_cidr)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use crate::cidr_set::storage_words_for;
+    use std::vec;
+    use std::vec::Vec as StdVec;
+
+    fn cidr(text: &str) -> Cidr {
+        Cidr::parse(text).unwrap()
+    }
+
+    fn set(cluster: &str, mask: u8) -> CidrSet<StdVec<u64>> {
+        let c = cidr(cluster);
+        CidrSet::new(c, mask, vec![0; storage_words_for(c.prefix_len(), mask)]).unwrap()
+    }
+
+    #[test]
+    fn service_cidr_is_skipped() {
+        let mut pool = Pool::new(set("127.123.234.0/24", 30), None).unwrap();
+        assert_eq!(
+            pool.reserve_service_cidr(cidr("127.123.234.0/26")).unwrap(),
+            16
+        );
+        let first = pool.allocate_node().unwrap();
+        assert_eq!(first[0].cidr, cidr("127.123.234.64/30"));
+        assert_eq!(first[0].tries, 16);
+        // A service CIDR of another family or outside the cluster reserves nothing.
+        assert_eq!(pool.reserve_service_cidr(cidr("fd00::/112")).unwrap(), 0);
+        assert_eq!(pool.reserve_service_cidr(cidr("10.96.0.0/12")).unwrap(), 0);
+        // One that covers all that is left is a configuration error and changes nothing.
+        let before = pool.sets()[0].allocated_count();
+        assert!(matches!(
+            pool.reserve_service_cidr(cidr("127.123.234.0/24")),
+            Err(AllocError::ServiceCidrFillsClusterCidr { .. })
+        ));
+        assert_eq!(pool.sets()[0].allocated_count(), before);
+    }
+
+    #[test]
+    fn dual_stack_is_all_or_nothing() {
+        let mut pool = Pool::new(set("10.0.0.0/16", 24), Some(set("fd00::/120", 121))).unwrap();
+        let a = pool.allocate_node().unwrap();
+        assert_eq!(
+            (a[0].cidr, a[1].cidr),
+            (cidr("10.0.0.0/24"), cidr("fd00::/121"))
+        );
+        let b = pool.allocate_node().unwrap();
+        assert_eq!(
+            (b[0].cidr, b[1].cidr),
+            (cidr("10.0.1.0/24"), cidr("fd00::80/121"))
+        );
+        let v4_before = pool.sets()[0].allocated_count();
+        let cursor_before = pool.sets()[0].next_candidate();
+        assert_eq!(
+            pool.allocate_node(),
+            Err(AllocError::Exhausted {
+                cluster_cidr: cidr("fd00::/120")
+            })
+        );
+        assert_eq!(pool.sets()[0].allocated_count(), v4_before, "no IPv4 leak");
+        assert_eq!(pool.sets()[0].next_candidate(), cursor_before);
+        // Releasing one node's IPv6 block serves the next node.
+        pool.release_node(&[cidr("fd00::80/121"), cidr("10.0.1.0/24")])
+            .unwrap();
+        let c = pool.allocate_node().unwrap();
+        assert_eq!(
+            (c[0].cidr, c[1].cidr),
+            (cidr("10.0.2.0/24"), cidr("fd00::80/121"))
+        );
+    }
+
+    #[test]
+    fn occupy_node_matches_by_family() {
+        // k0s fixture 12: podCIDRs IPv6 first, against an IPv4-first config.
+        let mut pool = Pool::new(set("10.244.0.0/16", 24), Some(set("fd00::/104", 110))).unwrap();
+        let node = [cidr("fd00::/110"), cidr("10.244.0.0/24")];
+        assert_eq!(pool.occupy_node(&node).unwrap(), 2);
+        assert_eq!(pool.occupy_node(&node).unwrap(), 0, "idempotent");
+        let next = pool.allocate_node().unwrap();
+        assert_eq!(next[0].cidr, cidr("10.244.1.0/24"));
+        assert_eq!(next[1].cidr, cidr("fd00::4:0/110"));
+    }
+
+    #[test]
+    fn bad_node_cidrs_change_nothing() {
+        let mut pool = Pool::new(set("10.244.0.0/16", 24), None).unwrap();
+        let cases: &[(&[&str], AllocError)] = &[
+            (
+                &["10.244.0.0/24", "10.244.1.0/24"],
+                AllocError::DuplicateFamily { family: Family::V4 },
+            ),
+            (
+                &["10.244.0.0/24", "fd00::/64"],
+                AllocError::NoClusterCidrForFamily {
+                    cidr: cidr("fd00::/64"),
+                },
+            ),
+            (
+                &["10.32.0.0/24"],
+                AllocError::OutOfRange {
+                    cidr: cidr("10.32.0.0/24"),
+                    cluster_cidr: cidr("10.244.0.0/16"),
+                },
+            ),
+            (
+                &["10.244.0.0/24", "10.244.1.0/24", "10.244.2.0/24"],
+                AllocError::TooManyCidrs { count: 3 },
+            ),
+        ];
+        for (cidrs, want) in cases {
+            let parsed: StdVec<Cidr> = cidrs.iter().map(|c| cidr(c)).collect();
+            assert_eq!(pool.occupy_node(&parsed), Err(*want), "{cidrs:?}");
+            assert_eq!(pool.release_node(&parsed), Err(*want), "{cidrs:?}");
+            assert_eq!(pool.sets()[0].allocated_count(), 0);
+        }
+        assert_eq!(
+            Pool::new(set("10.0.0.0/16", 24), Some(set("10.1.0.0/16", 24))).err(),
+            Some(AllocError::DuplicateFamily { family: Family::V4 })
+        );
+    }
+}
