@@ -427,7 +427,7 @@ mod tests {
             Ok([26].into())
         );
         assert_eq!(
-            masks("fd00::/48", flags(Some(0), None, Some(80))),
+            masks("fd00::/56", flags(Some(0), None, Some(80))),
             Ok([80].into())
         );
         assert_eq!(
@@ -548,7 +548,7 @@ mod tests {
     #[test]
     fn host_bits_are_cleared_and_reported() {
         let config = validate(
-            "10.244.7.1/16, fd00::/104",
+            "10.244.7.1/16, fd00::/56",
             "10.96.0.1/12",
             NodeMaskFlags::default(),
         )
