@@ -1,1 +1,171 @@
-fn main() {}
+//! Allocator benchmarks, workloads W1–W5 of the allocation-core issue. Results in BENCHMARKS.md.
+//!
+//! Run: `cargo bench -p nodeipam-core --bench allocator`
+//!
+//! Random choices use SplitMix64 and a partial Fisher–Yates selection over 0..n, seed 2 for
+//! W2/W2b and seed 4 for W4, used in selection order.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use nodeipam_core::{Cidr, CidrSet, storage_words_for};
+
+struct SplitMix64 {
+    state: u64,
+}
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+/// The first `k` of a partial Fisher–Yates shuffle of 0..n with SplitMix64(seed).
+fn select(n: u32, k: usize, seed: u64) -> Vec<u32> {
+    let mut rng = SplitMix64 { state: seed };
+    let mut a: Vec<u32> = (0..n).collect();
+    for i in 0..k {
+        let j = i + (rng.next() % (n as u64 - i as u64)) as usize;
+        a.swap(i, j);
+    }
+    a.truncate(k);
+    a
+}
+
+type Set = CidrSet<Vec<u64>>;
+
+fn new_set(cluster: &str, mask: u8) -> Set {
+    let cidr: Cidr = cluster.parse().expect("bench CIDR");
+    CidrSet::new(
+        cidr,
+        mask,
+        vec![0; storage_words_for(cidr.prefix_len(), mask)],
+    )
+    .expect("bench set")
+}
+
+fn full_set(cluster: &str, mask: u8) -> Set {
+    let mut set = new_set(cluster, mask);
+    while set.allocate_next().is_ok() {}
+    set
+}
+
+fn blocks(set: &Set, indices: &[u32]) -> Vec<Cidr> {
+    indices
+        .iter()
+        .map(|&i| set.block_cidr(i).expect("in range"))
+        .collect()
+}
+
+fn bench(c: &mut Criterion) {
+    let mut group = c.benchmark_group("allocator");
+    group.measurement_time(Duration::from_secs(4));
+    group.sample_size(30);
+
+    // W1: 10.0.0.0/8 with /24 (65,536 blocks): allocate until full.
+    group.throughput(Throughput::Elements(65_536));
+    group.bench_function("W1_fill_ipv4_65536", |b| {
+        b.iter_batched_ref(
+            || new_set("10.0.0.0/8", 24),
+            |set| {
+                for _ in 0..65_536 {
+                    black_box(set.allocate_next().ok());
+                }
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    group.throughput(Throughput::Elements(1));
+    let mut full = full_set("10.0.0.0/8", 24);
+    group.bench_function("W1_allocate_on_full", |b| {
+        b.iter(|| black_box(full.allocate_next().is_err()))
+    });
+
+    // W2: from full, release a pseudo-random 10% (6,553), then allocate them back.
+    let picks = blocks(&full, &select(65_536, 6_553, 2));
+    group.throughput(Throughput::Elements(6_553));
+    group.bench_function("W2_release_6553_then_allocate", |b| {
+        b.iter_batched_ref(
+            || full.clone(),
+            |set| {
+                for cidr in &picks {
+                    black_box(set.release(*cidr).ok());
+                }
+                for _ in 0..picks.len() {
+                    black_box(set.allocate_next().ok());
+                }
+            },
+            BatchSize::LargeInput,
+        )
+    });
+
+    // W2b: from full, 10,000 × (release one random block, allocate one).
+    let churn = blocks(&full, &select(65_536, 10_000, 2));
+    group.throughput(Throughput::Elements(10_000));
+    group.bench_function("W2b_churn_10000_pairs", |b| {
+        b.iter_batched_ref(
+            || full.clone(),
+            |set| {
+                for cidr in &churn {
+                    black_box(set.release(*cidr).ok());
+                    black_box(set.allocate_next().ok());
+                }
+            },
+            BatchSize::LargeInput,
+        )
+    });
+
+    // W3: fd00::/48 with /64 (65,536 blocks): allocate until full.
+    group.throughput(Throughput::Elements(65_536));
+    group.bench_function("W3_fill_ipv6_65536", |b| {
+        b.iter_batched_ref(
+            || new_set("fd00::/48", 64),
+            |set| {
+                for _ in 0..65_536 {
+                    black_box(set.allocate_next().ok());
+                }
+            },
+            BatchSize::LargeInput,
+        )
+    });
+
+    // W4: occupy 5,000 random /24s on a fresh W1 set, then 5,000 allocations.
+    let fresh = new_set("10.0.0.0/8", 24);
+    let occupied = blocks(&fresh, &select(65_536, 5_000, 4));
+    group.throughput(Throughput::Elements(10_000));
+    group.bench_function("W4_occupy_5000_then_allocate_5000", |b| {
+        b.iter_batched_ref(
+            || fresh.clone(),
+            |set| {
+                for cidr in &occupied {
+                    black_box(set.occupy(*cidr).ok());
+                }
+                for _ in 0..5_000 {
+                    black_box(set.allocate_next().ok());
+                }
+            },
+            BatchSize::LargeInput,
+        )
+    });
+
+    // W5: 10.244.0.0/16 with /24: fill, release block 128, allocate once.
+    let block_128: Cidr = "10.244.128.0/24".parse().expect("bench CIDR");
+    group.throughput(Throughput::Elements(1));
+    // Steady state: the set is full again after each release + allocate pair.
+    let mut set = full_set("10.244.0.0/16", 24);
+    group.bench_function("W5_release_128_allocate_once", |b| {
+        b.iter(|| {
+            black_box(set.release(block_128).ok());
+            black_box(set.allocate_next().ok())
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
