@@ -28,6 +28,7 @@ pub mod cidr_set;
 pub mod config;
 pub mod error;
 pub mod pool;
+pub mod shared;
 
 pub use cidr::{Cidr, Family};
 pub use cidr_set::{
@@ -39,3 +40,4 @@ pub use config::{
 };
 pub use error::{AllocError, CidrError};
 pub use pool::{NodeAllocation, Pool};
+pub use shared::{PoolBusy, SharedPool};
