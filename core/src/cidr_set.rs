@@ -594,11 +594,7 @@ fn fill_low_bits(words: &mut [u64], count: u32) {
 /// Bits of word `word_index` that fall in the block range `begin..=end`.
 fn range_mask(word_index: u32, begin: u32, end: u32) -> u64 {
     let word_first = word_index * 64;
-    let low = if begin > word_first {
-        begin - word_first
-    } else {
-        0
-    };
+    let low = begin.saturating_sub(word_first);
     let high = if end < word_first + 63 {
         end - word_first
     } else {

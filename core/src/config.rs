@@ -212,7 +212,11 @@ impl core::error::Error for ConfigError {}
 /// A comma list of at most two CIDRs, parsed upstream-style (host bits cleared, reported).
 /// Empty entries around commas are ignored as `strings.Split` + trim would not — an empty entry is
 /// a syntax error, like kube-controller-manager's `ParseCIDRs`.
-fn parse_cidr_list(text: &str) -> Result<Vec<(Cidr, bool), 2>, (usize, Option<(u8, CidrError)>)> {
+/// Why a comma list was rejected: the entry count, and the first bad entry (index, cause) if the
+/// count itself was fine.
+type ListError = (usize, Option<(u8, CidrError)>);
+
+fn parse_cidr_list(text: &str) -> Result<Vec<(Cidr, bool), 2>, ListError> {
     let count = text.split(',').count();
     if count > 2 {
         return Err((count, None));

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test.
 //! Property tests: `CidrSet` and `Pool` against a trivial model (a `BTreeSet` of allocated block
 //! indices plus upstream's round-robin cursor), over random operation sequences on IPv4 and IPv6
 //! sets of 1 … 2^16 blocks.

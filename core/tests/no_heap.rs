@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test.
 //! Counts heap allocations made by allocator operations on an array-backed set: there must be
 //! none. (The no_std proof binary in `core/nostd-proof` shows the same at link time.)
 
