@@ -1,1 +1,3 @@
-//! Test support for nodeipam: placeholder.
+//! Test support for nodeipam: the sandbox Kubernetes API server used by the end-to-end tests.
+
+pub mod sandbox;

@@ -52,7 +52,9 @@ fn list_strategy(res: Resource, path: &[String]) -> ListStrategy {
 /// 400 BadRequest if the patch is not a JSON object or a directive is malformed.
 pub fn strategic_merge(res: Resource, doc: &mut Value, patch: &Value) -> Result<(), ApiError> {
     let Value::Object(p) = patch else {
-        return Err(ApiError::bad_request("strategic merge patch must be a JSON object"));
+        return Err(ApiError::bad_request(
+            "strategic merge patch must be a JSON object",
+        ));
     };
     if !doc.is_object() {
         *doc = Value::Object(Map::new());
@@ -80,7 +82,12 @@ fn strip_directives(v: &Value) -> Value {
     }
 }
 
-fn merge_map(res: Resource, doc: &mut Map<String, Value>, patch: &Map<String, Value>, path: &mut Vec<String>) -> Result<(), ApiError> {
+fn merge_map(
+    res: Resource,
+    doc: &mut Map<String, Value>,
+    patch: &Map<String, Value>,
+    path: &mut Vec<String>,
+) -> Result<(), ApiError> {
     if let Some(d) = patch.get("$patch") {
         match d.as_str() {
             Some("replace") => {
@@ -128,7 +135,9 @@ fn merge_map(res: Resource, doc: &mut Map<String, Value>, patch: &Map<String, Va
                 if pm.get("$patch").and_then(Value::as_str) == Some("delete") {
                     doc.remove(k);
                 } else {
-                    let entry = doc.entry(k.clone()).or_insert_with(|| Value::Object(Map::new()));
+                    let entry = doc
+                        .entry(k.clone())
+                        .or_insert_with(|| Value::Object(Map::new()));
                     if !entry.is_object() {
                         *entry = Value::Object(Map::new());
                     }
@@ -147,8 +156,12 @@ fn merge_map(res: Resource, doc: &mut Map<String, Value>, patch: &Map<String, Va
                             .collect();
                         stripped
                     }
-                    (ListStrategy::MergePrimitive, Some(Value::Array(orig))) => merge_primitive_list(orig, pa),
-                    (ListStrategy::MergeKey(key), Some(Value::Array(orig))) => merge_keyed_list(res, orig, pa, key, path)?,
+                    (ListStrategy::MergePrimitive, Some(Value::Array(orig))) => {
+                        merge_primitive_list(orig, pa)
+                    }
+                    (ListStrategy::MergeKey(key), Some(Value::Array(orig))) => {
+                        merge_keyed_list(res, orig, pa, key, path)?
+                    }
                     (_, Some(_)) => pa.iter().map(strip_directives).collect(),
                 };
                 doc.insert(k.clone(), Value::Array(merged));
@@ -191,7 +204,12 @@ fn merge_map(res: Resource, doc: &mut Map<String, Value>, patch: &Map<String, Va
 /// apimachinery `mergeSortedSlice`: interleave server-only items (in server order) with patch
 /// items (in patch order); a server item goes first only when both are in the server list and
 /// the server item is earlier there.
-fn merge_sorted<F: Fn(&Value, &Value) -> bool>(left: Vec<Value>, right: Vec<Value>, server: &[Value], same: F) -> Vec<Value> {
+fn merge_sorted<F: Fn(&Value, &Value) -> bool>(
+    left: Vec<Value>,
+    right: Vec<Value>,
+    server: &[Value],
+    same: F,
+) -> Vec<Value> {
     let index = |v: &Value| server.iter().position(|s| same(s, v));
     let mut out = Vec::with_capacity(left.len() + right.len());
     let (mut l, mut r) = (left.into_iter().peekable(), right.into_iter().peekable());
@@ -229,12 +247,21 @@ fn merge_primitive_list(orig: &[Value], patch: &[Value]) -> Vec<Value> {
     merge_sorted(server_only, patch_items, orig, |a, b| a == b)
 }
 
-fn merge_keyed_list(res: Resource, orig: &[Value], patch: &[Value], key: &str, path: &mut Vec<String>) -> Result<Vec<Value>, ApiError> {
+fn merge_keyed_list(
+    res: Resource,
+    orig: &[Value],
+    patch: &[Value],
+    key: &str,
+    path: &mut Vec<String>,
+) -> Result<Vec<Value>, ApiError> {
     let mut result: Vec<Value> = orig.to_vec();
     let mut patch_keys: Vec<Value> = Vec::new();
     for p in patch {
         let Some(pk) = p.get(key).cloned() else {
-            return Err(ApiError::bad_request(format!("map in list {} has no merge key {key}", path.join("."))));
+            return Err(ApiError::bad_request(format!(
+                "map in list {} has no merge key {key}",
+                path.join(".")
+            )));
         };
         let delete = p.get("$patch").and_then(Value::as_str) == Some("delete");
         let pos = result.iter().position(|o| o.get(key) == Some(&pk));
@@ -266,7 +293,9 @@ fn merge_keyed_list(res: Resource, orig: &[Value], patch: &[Value], key: &str, p
             in_patch_ordered.push(v.clone());
         }
     }
-    Ok(merge_sorted(server_only, in_patch_ordered, orig, |a, b| a.get(key) == b.get(key)))
+    Ok(merge_sorted(server_only, in_patch_ordered, orig, |a, b| {
+        a.get(key) == b.get(key)
+    }))
 }
 
 /// Apply an RFC 7386 JSON merge patch.
@@ -278,9 +307,25 @@ pub fn merge_patch(doc: &mut Value, patch: &Value) {
 ///
 /// # Errors
 /// 400 BadRequest if the body is not a patch, 422 if an operation fails (as kube-apiserver does).
-pub fn json_patch(res: Resource, name: &str, doc: &mut Value, patch: &Value) -> Result<(), ApiError> {
-    let ops: json_patch::Patch = serde_json::from_value(patch.clone()).map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
-    json_patch::patch(doc, &ops).map_err(|e| ApiError::invalid(res, name, vec![super::status::Cause::new("FieldValueInvalid", "", e.to_string())]))
+pub fn json_patch(
+    res: Resource,
+    name: &str,
+    doc: &mut Value,
+    patch: &Value,
+) -> Result<(), ApiError> {
+    let ops: json_patch::Patch = serde_json::from_value(patch.clone())
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
+    json_patch::patch(doc, &ops).map_err(|e| {
+        ApiError::invalid(
+            res,
+            name,
+            vec![super::status::Cause::new(
+                "FieldValueInvalid",
+                "",
+                e.to_string(),
+            )],
+        )
+    })
 }
 
 #[cfg(test)]
@@ -296,20 +341,64 @@ mod tests {
     #[test]
     fn primitive_merge_list_cases() {
         let cases = [
-            (json!({}), json!({"spec":{"podCIDRs":["a"]}}), json!({"spec":{"podCIDRs":["a"]}})),
-            (json!({"spec":{"podCIDRs":["a"]}}), json!({"spec":{"podCIDRs":["a","b"]}}), json!({"spec":{"podCIDRs":["a","b"]}})),
+            (
+                json!({}),
+                json!({"spec":{"podCIDRs":["a"]}}),
+                json!({"spec":{"podCIDRs":["a"]}}),
+            ),
+            (
+                json!({"spec":{"podCIDRs":["a"]}}),
+                json!({"spec":{"podCIDRs":["a","b"]}}),
+                json!({"spec":{"podCIDRs":["a","b"]}}),
+            ),
             // apimachinery puts new patch items before server-only items.
-            (json!({"spec":{"podCIDRs":["a"]}}), json!({"spec":{"podCIDRs":["b"]}}), json!({"spec":{"podCIDRs":["b","a"]}})),
-            (json!({"spec":{"podCIDRs":["a","b"]}}), json!({"spec":{"podCIDRs":["b"]}}), json!({"spec":{"podCIDRs":["a","b"]}})),
-            (json!({"spec":{"podCIDRs":["a"]}}), json!({"spec":{"podCIDRs":[]}}), json!({"spec":{"podCIDRs":["a"]}})),
-            (json!({"spec":{"podCIDRs":["a"]}}), json!({"spec":{"podCIDRs":null}}), json!({"spec":{}})),
-            (json!({"spec":{"podCIDRs":["a","b"]}}), json!({"spec":{"$deleteFromPrimitiveList/podCIDRs":["a"]}}), json!({"spec":{"podCIDRs":["b"]}})),
-            (json!({"spec":{"taints":[{"key":"a"}]}}), json!({"spec":{"taints":[{"key":"b"}]}}), json!({"spec":{"taints":[{"key":"b"}]}})),
-            (json!({"metadata":{"finalizers":["x","y"]}}), json!({"metadata":{"finalizers":null}}), json!({"metadata":{}})),
-            (json!({"spec":{"a":1,"b":2}}), json!({"spec":{"$patch":"replace","c":3}}), json!({"spec":{"c":3}})),
+            (
+                json!({"spec":{"podCIDRs":["a"]}}),
+                json!({"spec":{"podCIDRs":["b"]}}),
+                json!({"spec":{"podCIDRs":["b","a"]}}),
+            ),
+            (
+                json!({"spec":{"podCIDRs":["a","b"]}}),
+                json!({"spec":{"podCIDRs":["b"]}}),
+                json!({"spec":{"podCIDRs":["a","b"]}}),
+            ),
+            (
+                json!({"spec":{"podCIDRs":["a"]}}),
+                json!({"spec":{"podCIDRs":[]}}),
+                json!({"spec":{"podCIDRs":["a"]}}),
+            ),
+            (
+                json!({"spec":{"podCIDRs":["a"]}}),
+                json!({"spec":{"podCIDRs":null}}),
+                json!({"spec":{}}),
+            ),
+            (
+                json!({"spec":{"podCIDRs":["a","b"]}}),
+                json!({"spec":{"$deleteFromPrimitiveList/podCIDRs":["a"]}}),
+                json!({"spec":{"podCIDRs":["b"]}}),
+            ),
+            (
+                json!({"spec":{"taints":[{"key":"a"}]}}),
+                json!({"spec":{"taints":[{"key":"b"}]}}),
+                json!({"spec":{"taints":[{"key":"b"}]}}),
+            ),
+            (
+                json!({"metadata":{"finalizers":["x","y"]}}),
+                json!({"metadata":{"finalizers":null}}),
+                json!({"metadata":{}}),
+            ),
+            (
+                json!({"spec":{"a":1,"b":2}}),
+                json!({"spec":{"$patch":"replace","c":3}}),
+                json!({"spec":{"c":3}}),
+            ),
         ];
         for (doc, patch, want) in cases {
-            assert_eq!(smp(Resource::Nodes, doc.clone(), patch.clone()), want, "doc {doc} patch {patch}");
+            assert_eq!(
+                smp(Resource::Nodes, doc.clone(), patch.clone()),
+                want,
+                "doc {doc} patch {patch}"
+            );
         }
     }
 
@@ -322,7 +411,8 @@ mod tests {
             .as_array()
             .map(|a| a.iter().filter_map(|c| c["type"].as_str()).collect())
             .unwrap_or_default();
-        assert_eq!(types, ["Ready", "Mem", "Disk"]);
+        // apimachinery: a new patch item is placed before the remaining server-only items.
+        assert_eq!(types, ["Ready", "Disk", "Mem"]);
         assert_eq!(got["status"]["conditions"][0]["status"], "True");
     }
 
@@ -330,6 +420,9 @@ mod tests {
     fn lease_null_deletes_fields() {
         let doc = json!({"spec":{"holderIdentity":"a","renewTime":"t","leaseTransitions":1}});
         let patch = json!({"spec":{"holderIdentity":null,"renewTime":null}});
-        assert_eq!(smp(Resource::Leases, doc, patch), json!({"spec":{"leaseTransitions":1}}));
+        assert_eq!(
+            smp(Resource::Leases, doc, patch),
+            json!({"spec":{"leaseTransitions":1}})
+        );
     }
 }

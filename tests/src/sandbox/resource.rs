@@ -15,7 +15,12 @@ pub enum Resource {
 
 impl Resource {
     /// All served resources.
-    pub const ALL: [Resource; 4] = [Resource::Nodes, Resource::Leases, Resource::Events, Resource::CoreEvents];
+    pub const ALL: [Resource; 4] = [
+        Resource::Nodes,
+        Resource::Leases,
+        Resource::Events,
+        Resource::CoreEvents,
+    ];
 
     /// API group (`""` for core).
     pub fn group(self) -> &'static str {
@@ -87,7 +92,9 @@ impl Resource {
 
     /// Find a resource from its group and plural.
     pub fn from_group_plural(group: &str, plural: &str) -> Option<Resource> {
-        Resource::ALL.into_iter().find(|r| r.group() == group && r.plural() == plural)
+        Resource::ALL
+            .into_iter()
+            .find(|r| r.group() == group && r.plural() == plural)
     }
 }
 
@@ -186,9 +193,16 @@ mod tests {
     #[test]
     fn parses_paths() {
         let t = parse_path("/api/v1/nodes/n1").expect("node path");
-        assert_eq!((t.resource, t.name.as_deref()), (Resource::Nodes, Some("n1")));
-        let t = parse_path("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases").expect("leases");
-        assert_eq!((t.resource, t.namespace.as_deref(), t.name), (Resource::Leases, Some("kube-system"), None));
+        assert_eq!(
+            (t.resource, t.name.as_deref()),
+            (Resource::Nodes, Some("n1"))
+        );
+        let t = parse_path("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases")
+            .expect("leases");
+        assert_eq!(
+            (t.resource, t.namespace.as_deref(), t.name),
+            (Resource::Leases, Some("kube-system"), None)
+        );
         let t = parse_path("/api/v1/nodes/n1/status").expect("status");
         assert_eq!(t.subresource.as_deref(), Some("status"));
         assert!(parse_path("/api/v1/namespaces/x/nodes").is_none());

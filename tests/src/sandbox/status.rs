@@ -36,7 +36,7 @@ pub struct ApiError {
     /// `Status.message`.
     pub message: String,
     /// `details.name`, `details.group`, `details.kind` when the error concerns one object.
-    pub target: Option<(String, String, String)>,
+    pub target: Option<Box<(String, String, String)>>,
     /// `details.causes`.
     pub causes: Vec<Cause>,
     /// `Retry-After` header and `details.retryAfterSeconds`, in seconds.
@@ -56,30 +56,52 @@ impl ApiError {
     }
 
     fn about(mut self, res: Resource, name: &str) -> Self {
-        self.target = Some((name.to_owned(), res.group().to_owned(), res.plural().to_owned()));
+        self.target = Some(Box::new((
+            name.to_owned(),
+            res.group().to_owned(),
+            res.plural().to_owned(),
+        )));
         self
     }
 
     /// 404 `NotFound`: `nodes "x" not found`.
     pub fn not_found(res: Resource, name: &str) -> Self {
-        Self::new(404, "NotFound", format!("{} \"{name}\" not found", res.qualified_plural())).about(res, name)
+        Self::new(
+            404,
+            "NotFound",
+            format!("{} \"{name}\" not found", res.qualified_plural()),
+        )
+        .about(res, name)
     }
 
     /// 404 for a namespace that does not exist.
     pub fn namespace_not_found(ns: &str) -> Self {
         let mut e = Self::new(404, "NotFound", format!("namespaces \"{ns}\" not found"));
-        e.target = Some((ns.to_owned(), String::new(), "namespaces".to_owned()));
+        e.target = Some(Box::new((
+            ns.to_owned(),
+            String::new(),
+            "namespaces".to_owned(),
+        )));
         e
     }
 
     /// 404 for a path the sandbox does not serve.
     pub fn no_route(path: &str) -> Self {
-        Self::new(404, "NotFound", format!("the server could not find the requested resource ({path})"))
+        Self::new(
+            404,
+            "NotFound",
+            format!("the server could not find the requested resource ({path})"),
+        )
     }
 
     /// 409 `AlreadyExists` on create.
     pub fn already_exists(res: Resource, name: &str) -> Self {
-        Self::new(409, "AlreadyExists", format!("{} \"{name}\" already exists", res.qualified_plural())).about(res, name)
+        Self::new(
+            409,
+            "AlreadyExists",
+            format!("{} \"{name}\" already exists", res.qualified_plural()),
+        )
+        .about(res, name)
     }
 
     /// 409 `Conflict` for a stale `metadata.resourceVersion` (optimistic concurrency).
@@ -100,7 +122,11 @@ impl ApiError {
         Self::new(
             409,
             "Conflict",
-            format!("Operation cannot be fulfilled on {} \"{name}\": {}", res.qualified_plural(), message.into()),
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": {}",
+                res.qualified_plural(),
+                message.into()
+            ),
         )
         .about(res, name)
     }
@@ -114,26 +140,48 @@ impl ApiError {
         let message = if conflicts.len() == 1 {
             format!("Apply failed with 1 conflict: {}", list.join(""))
         } else {
-            format!("Apply failed with {} conflicts: {}", conflicts.len(), list.join("\n"))
+            format!(
+                "Apply failed with {} conflicts: {}",
+                conflicts.len(),
+                list.join("\n")
+            )
         };
         let mut e = Self::new(409, "Conflict", message).about(res, name);
         e.causes = conflicts
             .iter()
-            .map(|(m, f)| Cause::new("FieldManagerConflict", f.clone(), format!("conflict with \"{m}\"")))
+            .map(|(m, f)| {
+                Cause::new(
+                    "FieldManagerConflict",
+                    f.clone(),
+                    format!("conflict with \"{m}\""),
+                )
+            })
             .collect();
         e
     }
 
     /// 422 `Invalid` with field causes: `Node "x" is invalid: spec.podCIDRs: Forbidden: …`.
     pub fn invalid(res: Resource, name: &str, causes: Vec<Cause>) -> Self {
-        let parts: Vec<String> = causes.iter().map(|c| format!("{}: {}", c.field, c.message)).collect();
+        let parts: Vec<String> = causes
+            .iter()
+            .map(|c| format!("{}: {}", c.field, c.message))
+            .collect();
         let joined = if parts.len() == 1 {
             parts.join("")
         } else {
             format!("[{}]", parts.join(", "))
         };
-        let mut e = Self::new(422, "Invalid", format!("{} \"{name}\" is invalid: {joined}", res.kind())).about(res, name);
-        e.target = Some((name.to_owned(), res.group().to_owned(), res.kind().to_owned()));
+        let mut e = Self::new(
+            422,
+            "Invalid",
+            format!("{} \"{name}\" is invalid: {joined}", res.kind()),
+        )
+        .about(res, name);
+        e.target = Some(Box::new((
+            name.to_owned(),
+            res.group().to_owned(),
+            res.kind().to_owned(),
+        )));
         e.causes = causes;
         e
     }
@@ -155,7 +203,13 @@ impl ApiError {
 
     /// 415 `UnsupportedMediaType`.
     pub fn unsupported_media_type(content_type: &str) -> Self {
-        Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type:?})"))
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type:?})"
+            ),
+        )
     }
 
     /// 500 `InternalError`.
@@ -165,7 +219,11 @@ impl ApiError {
 
     /// 429 `TooManyRequests` with `Retry-After`.
     pub fn too_many_requests(retry_after_secs: u64) -> Self {
-        let mut e = Self::new(429, "TooManyRequests", "the server has received too many requests and has asked us to try again later");
+        let mut e = Self::new(
+            429,
+            "TooManyRequests",
+            "the server has received too many requests and has asked us to try again later",
+        );
         e.retry_after_secs = Some(retry_after_secs);
         e
     }
@@ -185,7 +243,11 @@ impl ApiError {
             429 => Self::too_many_requests(1),
             503 => Self::new(503, "ServiceUnavailable", "injected fault"),
             504 => Self::timeout("injected fault"),
-            c => Self::new(c, "InternalError", "Internal error occurred: injected fault"),
+            c => Self::new(
+                c,
+                "InternalError",
+                "Internal error occurred: injected fault",
+            ),
         }
     }
 
@@ -201,7 +263,8 @@ impl ApiError {
             "code": self.code,
         });
         let mut details = serde_json::Map::new();
-        if let Some((name, group, kind)) = &self.target {
+        if let Some(target) = &self.target {
+            let (name, group, kind) = target.as_ref();
             details.insert("name".into(), json!(name));
             if !group.is_empty() {
                 details.insert("group".into(), json!(group));
@@ -241,4 +304,30 @@ pub fn success_status(res: Resource, name: &str, uid: &str) -> Value {
         details["group"] = json!(res.group());
     }
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details})
+}
+
+impl ApiError {
+    /// 413 `RequestEntityTooLarge`.
+    pub fn new_too_large() -> Self {
+        Self::new(
+            413,
+            "RequestEntityTooLarge",
+            "Request entity too large: limit is 3145728",
+        )
+    }
+
+    /// 422 for an apply patch without `fieldManager`.
+    pub fn invalid_field_manager() -> Self {
+        let mut e = Self::new(
+            422,
+            "Invalid",
+            "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+        );
+        e.causes = vec![Cause::new(
+            "FieldValueRequired",
+            "fieldManager",
+            "Required value: is required for apply patch",
+        )];
+        e
+    }
 }

@@ -1,0 +1,116 @@
+//! Fault injection: make the next N matching requests fail, hang or slow down.
+
+use std::time::Duration;
+
+use super::resource::{Resource, Verb};
+
+/// What an injected fault does to a matching request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FaultAction {
+    /// Answer with this HTTP code and a `Status` body (e.g. 500, 503, 409), without running it.
+    Status(u16),
+    /// Answer 429 `TooManyRequests` with `Retry-After: retry_after_secs`, without running it.
+    TooManyRequests {
+        /// Seconds in the `Retry-After` header.
+        retry_after_secs: u64,
+    },
+    /// Do not run the request; hold it this long (until the client gives up), then answer 504.
+    Hang(Duration),
+    /// Run the request normally after this delay.
+    Delay(Duration),
+    /// Run the request (the write is committed), then answer with this code instead of the result:
+    /// the client sees a failure although the change happened.
+    CommitThenStatus(u16),
+    /// Run the request (the write is committed), then hold the answer this long and answer 504:
+    /// a timeout whose write nevertheless happened.
+    CommitThenHang(Duration),
+}
+
+/// A fault rule: requests matching `verb`/`resource`/`name` (each `None` = any) get `action`,
+/// `times` times.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FaultRule {
+    /// Verb to match, `None` = any.
+    pub verb: Option<Verb>,
+    /// Resource to match, `None` = any.
+    pub resource: Option<Resource>,
+    /// Object name to match, `None` = any.
+    pub name: Option<String>,
+    /// How many more requests this rule fires for.
+    pub times: usize,
+    /// What happens.
+    pub action: FaultAction,
+}
+
+impl FaultRule {
+    /// Fail the next `times` requests of `verb` on `resource` with `action`.
+    pub fn new(verb: Verb, resource: Resource, times: usize, action: FaultAction) -> Self {
+        FaultRule {
+            verb: Some(verb),
+            resource: Some(resource),
+            name: None,
+            times,
+            action,
+        }
+    }
+
+    /// Restrict the rule to one object name.
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    fn matches(&self, verb: Verb, resource: Resource, name: Option<&str>) -> bool {
+        self.times > 0
+            && self.verb.is_none_or(|v| v == verb)
+            && self.resource.is_none_or(|r| r == resource)
+            && self.name.as_deref().is_none_or(|n| Some(n) == name)
+    }
+}
+
+/// Take the first matching rule's action, consuming one of its `times`.
+pub fn take(
+    rules: &mut Vec<FaultRule>,
+    verb: Verb,
+    resource: Resource,
+    name: Option<&str>,
+) -> Option<FaultAction> {
+    let rule = rules.iter_mut().find(|r| r.matches(verb, resource, name))?;
+    rule.times -= 1;
+    let action = rule.action.clone();
+    rules.retain(|r| r.times > 0);
+    Some(action)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_fire_n_times_and_match() {
+        let mut rules = vec![
+            FaultRule::new(Verb::Patch, Resource::Nodes, 2, FaultAction::Status(500)).named("a"),
+        ];
+        assert_eq!(
+            take(&mut rules, Verb::Patch, Resource::Nodes, Some("b")),
+            None
+        );
+        assert_eq!(
+            take(&mut rules, Verb::Get, Resource::Nodes, Some("a")),
+            None
+        );
+        assert_eq!(
+            take(&mut rules, Verb::Patch, Resource::Nodes, Some("a")),
+            Some(FaultAction::Status(500))
+        );
+        assert_eq!(
+            take(&mut rules, Verb::Patch, Resource::Nodes, Some("a")),
+            Some(FaultAction::Status(500))
+        );
+        assert_eq!(
+            take(&mut rules, Verb::Patch, Resource::Nodes, Some("a")),
+            None
+        );
+        assert!(rules.is_empty());
+    }
+}

@@ -1,0 +1,522 @@
+//! A sandbox Kubernetes API server for end-to-end tests.
+//!
+//! It serves Nodes, `coordination.k8s.io/v1` Leases and `events.k8s.io/v1` (and core `v1`)
+//! Events over plain HTTP/1.1 on `127.0.0.1`, and enforces the API rules a node IPAM controller
+//! depends on: a global monotonically increasing resourceVersion, LIST pagination and
+//! resourceVersion semantics, WATCH from a resourceVersion with bookmarks and `410 Expired`,
+//! `409 Conflict` on stale writes, `422 Invalid` for Node podCIDR rules, finalizers, strategic /
+//! merge / JSON patches, and server-side apply with field ownership (enough for
+//! kube-lease-manager). Faults (errors, 429, hangs, delays, dropped watches) can be injected, and
+//! every request is logged.
+//!
+//! ```no_run
+//! # async fn demo() {
+//! use nodeipam_tests::sandbox::{Sandbox, fixture};
+//! let sandbox = Sandbox::start(fixture("05-aws-4nodes-no-podcidr.json")).await;
+//! let client = sandbox.client();
+//! // … run the controller with `--master sandbox.url()` …
+//! sandbox.shutdown().await;
+//! # let _ = client;
+//! # }
+//! ```
+
+pub mod faults;
+pub mod fields;
+pub mod nodes;
+pub mod patch;
+pub mod resource;
+pub mod select;
+pub mod server;
+pub mod status;
+pub mod store;
+pub mod validate;
+pub mod watch;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::watch as tokio_watch;
+
+pub use faults::{FaultAction, FaultRule};
+pub use resource::{Resource, Verb};
+pub use server::RequestRecord;
+pub use status::{ApiError, Cause};
+pub use store::{Key, PatchType};
+
+use server::Shared;
+use store::{Ownership, Store};
+
+/// Field manager used for writes made through [`SandboxHandle`] mutations.
+pub const TEST_ACTOR: &str = "sandbox-test-actor";
+
+/// Options of a sandbox.
+#[derive(Debug, Clone)]
+pub struct SandboxOptions {
+    /// Port on 127.0.0.1 (0 = pick a free one).
+    pub port: u16,
+    /// Changes kept for watches and paginated lists; older resourceVersions get 410.
+    pub history_limit: usize,
+    /// A watch with `allowWatchBookmarks` gets a BOOKMARK after this much idle time.
+    pub bookmark_interval: Duration,
+    /// Serve the `/sandbox/...` admin endpoints.
+    pub admin_endpoints: bool,
+}
+
+impl Default for SandboxOptions {
+    fn default() -> Self {
+        SandboxOptions {
+            port: 0,
+            history_limit: 1000,
+            bookmark_interval: Duration::from_secs(5),
+            admin_endpoints: false,
+        }
+    }
+}
+
+/// Errors starting a sandbox.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The initial state is not a usable NodeList.
+    #[error("initial NodeList rejected: {0}")]
+    Initial(#[source] ApiError),
+    /// Binding 127.0.0.1 failed.
+    #[error("cannot bind 127.0.0.1:{port}")]
+    Bind {
+        /// Requested port.
+        port: u16,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Entry point: [`Sandbox::start`].
+#[derive(Debug)]
+pub struct Sandbox;
+
+impl Sandbox {
+    /// Start a sandbox on `127.0.0.1:0` with `initial` (a `NodeList` document) as its Nodes.
+    ///
+    /// # Panics
+    /// If the NodeList is not loadable or no port can be bound (test setup errors);
+    /// use [`Sandbox::try_start`] to handle them.
+    pub async fn start(initial: Value) -> SandboxHandle {
+        match Self::try_start(initial, SandboxOptions::default()).await {
+            Ok(h) => h,
+            Err(e) => panic!("sandbox failed to start: {e}"),
+        }
+    }
+
+    /// Start a sandbox with options.
+    ///
+    /// # Errors
+    /// [`StartError`] when the NodeList is not loadable or binding fails.
+    pub async fn try_start(
+        initial: Value,
+        options: SandboxOptions,
+    ) -> Result<SandboxHandle, StartError> {
+        let mut store = Store::new(options.history_limit);
+        let items: Vec<Value> = match &initial {
+            Value::Null => Vec::new(),
+            Value::Array(a) => a.clone(),
+            other => match other.get("items") {
+                Some(Value::Array(a)) => a.clone(),
+                Some(Value::Null) | None
+                    if other.get("kind").and_then(Value::as_str) == Some("Node") =>
+                {
+                    vec![other.clone()]
+                }
+                Some(Value::Null) | None => Vec::new(),
+                Some(_) => {
+                    return Err(StartError::Initial(ApiError::bad_request(
+                        "items is not a list",
+                    )));
+                }
+            },
+        };
+        store
+            .load(Resource::Nodes, &items)
+            .map_err(StartError::Initial)?;
+        let rv = store.resource_version();
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", options.port))
+            .await
+            .map_err(|source| StartError::Bind {
+                port: options.port,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| StartError::Bind {
+            port: options.port,
+            source,
+        })?;
+        let shared = Arc::new(Shared {
+            store: Mutex::new(store),
+            rv_tx: tokio_watch::Sender::new(rv),
+            drop_tx: tokio_watch::Sender::new(0),
+            shutdown_tx: tokio_watch::Sender::new(false),
+            faults: Mutex::new(Vec::new()),
+            delay: Mutex::new(Duration::ZERO),
+            log: Mutex::new(Vec::new()),
+            bookmark_interval: options.bookmark_interval,
+            admin: options.admin_endpoints,
+        });
+        let app = axum::Router::new()
+            .fallback(server::handle)
+            .with_state(Arc::clone(&shared));
+        let mut shutdown_rx = shared.shutdown_tx.subscribe();
+        let task = tokio::spawn(async move {
+            let signal = async move {
+                let _ = shutdown_rx.wait_for(|s| *s).await;
+            };
+            if let Err(e) = axum::serve(listener, app)
+                .with_graceful_shutdown(signal)
+                .await
+            {
+                tracing::error!(error = %e, "sandbox server stopped");
+            }
+        });
+        Ok(SandboxHandle {
+            addr,
+            shared,
+            task: Mutex::new(Some(task)),
+        })
+    }
+}
+
+/// Read a fixture NodeList from `fixtures/nodes/` of the repository.
+///
+/// # Panics
+/// If the file is missing or not JSON (a test setup error).
+pub fn fixture(file_name: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures/nodes")
+        .join(file_name);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read fixture {}: {e}", path.display()));
+    serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("fixture {} is not JSON: {e}", path.display()))
+}
+
+/// A running sandbox: its address, direct state access, mutations, faults and the request log.
+#[derive(Debug)]
+pub struct SandboxHandle {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl SandboxHandle {
+    /// Listening address (always 127.0.0.1).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Base URL, e.g. `http://127.0.0.1:41234` (what `--master` takes).
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A kubeconfig document (YAML) pointing at the sandbox, no credentials.
+    pub fn kubeconfig_yaml(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: sandbox\n  cluster:\n    server: {url}\ncontexts:\n- name: sandbox\n  context:\n    cluster: sandbox\n    user: sandbox\n    namespace: default\ncurrent-context: sandbox\nusers:\n- name: sandbox\n  user: {{}}\npreferences: {{}}\n",
+            url = self.url()
+        )
+    }
+
+    /// Write [`Self::kubeconfig_yaml`] to `path` (for `--kubeconfig`).
+    ///
+    /// # Errors
+    /// I/O errors writing the file.
+    pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
+        std::fs::write(path, self.kubeconfig_yaml())
+    }
+
+    /// A `kube::Config` for the sandbox (default namespace `default`).
+    ///
+    /// # Panics
+    /// Never in practice: the URL is always valid.
+    pub fn kube_config(&self) -> kube::Config {
+        let uri: axum::http::Uri = match self.url().parse() {
+            Ok(u) => u,
+            Err(e) => panic!("sandbox URL is always a valid URI: {e}"),
+        };
+        kube::Config::new(uri)
+    }
+
+    /// A `kube::Client` for the sandbox.
+    ///
+    /// # Panics
+    /// If kube cannot build a client for a plain-http config (not expected).
+    pub fn client(&self) -> kube::Client {
+        match kube::Client::try_from(self.kube_config()) {
+            Ok(c) => c,
+            Err(e) => panic!("kube client for the sandbox: {e}"),
+        }
+    }
+
+    fn store(&self) -> std::sync::MutexGuard<'_, Store> {
+        self.shared.store()
+    }
+
+    /// Current global resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.store().resource_version()
+    }
+
+    /// All Nodes, by name.
+    pub fn nodes(&self) -> Vec<Value> {
+        self.store().objects(Resource::Nodes, None)
+    }
+
+    /// One Node.
+    pub fn node(&self, name: &str) -> Option<Value> {
+        self.store()
+            .get(&Key::new(Resource::Nodes, "", name))
+            .cloned()
+    }
+
+    /// All `events.k8s.io/v1` Events (every namespace).
+    pub fn events(&self) -> Vec<Value> {
+        self.store().objects(Resource::Events, None)
+    }
+
+    /// All core `v1` Events (every namespace).
+    pub fn core_events(&self) -> Vec<Value> {
+        self.store().objects(Resource::CoreEvents, None)
+    }
+
+    /// All Leases (every namespace).
+    pub fn leases(&self) -> Vec<Value> {
+        self.store().objects(Resource::Leases, None)
+    }
+
+    /// One Lease.
+    pub fn lease(&self, namespace: &str, name: &str) -> Option<Value> {
+        self.store()
+            .get(&Key::new(Resource::Leases, namespace, name))
+            .cloned()
+    }
+
+    /// Make a namespace exist (default, kube-system, kube-public, kube-node-lease always do).
+    pub fn add_namespace(&self, ns: &str) {
+        self.store().add_namespace(ns);
+    }
+
+    fn write<T>(&self, f: impl FnOnce(&mut Store) -> Result<T, ApiError>) -> Result<T, ApiError> {
+        let r = f(&mut self.store());
+        self.shared.notify();
+        r
+    }
+
+    /// Create a Node as an external actor would (ADDED event).
+    ///
+    /// # Errors
+    /// As the API: 409 AlreadyExists, 422 Invalid, 400.
+    pub fn create_node(&self, node: Value) -> Result<Value, ApiError> {
+        self.write(|s| {
+            s.create(
+                Resource::Nodes,
+                "",
+                node,
+                Ownership::Update(TEST_ACTOR.to_owned()),
+            )
+        })
+    }
+
+    /// Delete a Node as an external actor would (marks it if it has finalizers).
+    ///
+    /// # Errors
+    /// 404 NotFound.
+    pub fn delete_node(&self, name: &str) -> Result<Value, ApiError> {
+        self.write(|s| {
+            s.delete(&Key::new(Resource::Nodes, "", name), &Value::Null)
+                .map(|(v, _)| v)
+        })
+    }
+
+    /// Patch a Node (main resource: `status` changes are ignored, as the API does).
+    ///
+    /// # Errors
+    /// As the API: 404, 409, 422, 400.
+    pub fn patch_node(&self, name: &str, ty: PatchType, patch: &Value) -> Result<Value, ApiError> {
+        self.write(|s| {
+            s.patch(
+                &Key::new(Resource::Nodes, "", name),
+                ty,
+                patch,
+                None,
+                TEST_ACTOR,
+                false,
+            )
+        })
+    }
+
+    /// Patch a Node's `status` subresource (as a kubelet would).
+    ///
+    /// # Errors
+    /// As the API.
+    pub fn patch_node_status(
+        &self,
+        name: &str,
+        ty: PatchType,
+        patch: &Value,
+    ) -> Result<Value, ApiError> {
+        self.write(|s| {
+            s.patch(
+                &Key::new(Resource::Nodes, "", name),
+                ty,
+                patch,
+                Some("status"),
+                TEST_ACTOR,
+                false,
+            )
+        })
+    }
+
+    /// Replace a Node (PUT semantics: `metadata.resourceVersion`, when set, must be current).
+    ///
+    /// # Errors
+    /// As the API.
+    pub fn update_node(&self, node: Value) -> Result<Value, ApiError> {
+        let name = node
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        self.write(|s| {
+            s.update(
+                &Key::new(Resource::Nodes, "", &name),
+                node,
+                None,
+                TEST_ACTOR,
+            )
+        })
+    }
+
+    /// Add a fault rule (rules are tried in insertion order).
+    pub fn inject(&self, rule: FaultRule) {
+        self.shared
+            .faults
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(rule);
+    }
+
+    /// Fail the next `times` requests of `verb` on `resource` with `action` (shorthand for
+    /// [`Self::inject`]).
+    pub fn fail_next(&self, verb: Verb, resource: Resource, times: usize, action: FaultAction) {
+        self.inject(FaultRule::new(verb, resource, times, action));
+    }
+
+    /// Remaining (not yet fired) fault rules.
+    pub fn pending_faults(&self) -> Vec<FaultRule> {
+        self.shared
+            .faults
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Remove all fault rules.
+    pub fn clear_faults(&self) {
+        self.shared
+            .faults
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
+    /// Delay every response by `d` (zero to stop).
+    pub fn set_delay(&self, d: Duration) {
+        *self
+            .shared
+            .delay
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = d;
+    }
+
+    /// End every open watch stream (clients see the stream close and must re-watch).
+    pub fn drop_watches(&self) {
+        self.shared.drop_tx.send_modify(|g| *g += 1);
+    }
+
+    /// Forget the change history: watches/continues from any earlier resourceVersion get 410.
+    pub fn compact(&self) {
+        self.store().compact();
+    }
+
+    /// The request log so far.
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.shared
+            .log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Logged requests with this verb on this resource.
+    pub fn requests_of(&self, verb: Verb, resource: Resource) -> Vec<RequestRecord> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.verb == Some(verb) && r.resource == Some(resource))
+            .collect()
+    }
+
+    /// Empty the request log.
+    pub fn clear_requests(&self) {
+        self.shared
+            .log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
+    /// Wait until `cond(self)` holds, re-checking after every write, at most `timeout`.
+    /// Returns whether it held.
+    pub async fn wait_until(
+        &self,
+        timeout: Duration,
+        mut cond: impl FnMut(&SandboxHandle) -> bool,
+    ) -> bool {
+        let mut rx = self.shared.rv_tx.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            rx.borrow_and_update();
+            if cond(self) {
+                return true;
+            }
+            // Requests that are not writes (e.g. a watch starting) do not bump the
+            // resourceVersion: re-check at least every 50 ms as well.
+            let tick = tokio::time::Instant::now() + Duration::from_millis(50);
+            tokio::select! {
+                _ = rx.changed() => {}
+                _ = tokio::time::sleep_until(tick.min(deadline)) => {}
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return cond(self);
+            }
+        }
+    }
+
+    /// Stop the server: open watches end, the listener closes.
+    pub async fn shutdown(&self) {
+        self.shared.shutdown_tx.send_replace(true);
+        let task = self
+            .task
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(t) = task {
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        }
+    }
+}
+
+impl Drop for SandboxHandle {
+    fn drop(&mut self) {
+        self.shared.shutdown_tx.send_replace(true);
+    }
+}

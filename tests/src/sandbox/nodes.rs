@@ -1,0 +1,198 @@
+//! Node rules of kube-apiserver: `spec.podCIDR`/`spec.podCIDRs` conversion and validation.
+
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use serde_json::{Value, json};
+
+use super::status::Cause;
+
+const CHANGE_FORBIDDEN: &str = "node updates may not change podCIDR except from \"\" to valid";
+
+/// The v1 ↔ internal conversion: a lone `podCIDR` becomes `podCIDRs: [podCIDR]`, a lone `podCIDRs`
+/// fills `podCIDR` with its first entry.
+pub fn normalize(node: &mut Value) {
+    let Some(spec) = node.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let single = spec
+        .get("podCIDR")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let list_empty = spec
+        .get("podCIDRs")
+        .and_then(Value::as_array)
+        .is_none_or(Vec::is_empty);
+    if !single.is_empty() && list_empty {
+        spec.insert("podCIDRs".into(), json!([single]));
+    } else if single.is_empty() && !list_empty {
+        let first = spec
+            .get("podCIDRs")
+            .and_then(Value::as_array)
+            .and_then(|l| l.first())
+            .cloned()
+            .unwrap_or(Value::Null);
+        spec.insert("podCIDR".into(), first);
+    }
+    if spec
+        .get("podCIDRs")
+        .and_then(Value::as_array)
+        .is_some_and(Vec::is_empty)
+    {
+        spec.remove("podCIDRs");
+    }
+    if spec
+        .get("podCIDR")
+        .is_some_and(|v| v.as_str() == Some("") || v.is_null())
+    {
+        spec.remove("podCIDR");
+    }
+}
+
+fn pod_cidrs(node: &Value) -> Vec<Value> {
+    node.pointer("/spec/podCIDRs")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Parse like Go's `netutils.ParseCIDRSloppy`: host bits may be set.
+fn parse_cidr(s: &str) -> Option<IpNet> {
+    let (addr, len) = s.split_once('/')?;
+    let addr: IpAddr = addr.parse().ok()?;
+    let len: u8 = len.parse().ok()?;
+    IpNet::new(addr, len).ok()
+}
+
+/// `ValidateNode` (spec part): podCIDRs entries valid, at most one per family, at most two, and
+/// `podCIDR == podCIDRs[0]`.
+pub fn validate(node: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let cidrs = pod_cidrs(node);
+    let mut families = Vec::new();
+    for (i, c) in cidrs.iter().enumerate() {
+        match c.as_str().and_then(parse_cidr) {
+            Some(net) => families.push(matches!(net, IpNet::V4(_))),
+            None => causes.push(Cause::new(
+                "FieldValueInvalid",
+                format!("spec.podCIDRs[{i}]"),
+                format!("Invalid value: {c}: must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)"),
+            )),
+        }
+    }
+    if causes.is_empty() && cidrs.len() > 1 {
+        let dual = cidrs.len() == 2 && families.first() != families.get(1);
+        if !dual {
+            causes.push(Cause::new(
+                "FieldValueInvalid",
+                "spec.podCIDRs",
+                format!(
+                    "Invalid value: {}: may specify no more than one CIDR for each IP family",
+                    Value::Array(cidrs.clone())
+                ),
+            ));
+        }
+    }
+    if let (Some(first), Some(single)) = (cidrs.first(), node.pointer("/spec/podCIDR"))
+        && first != single
+    {
+        causes.push(Cause::new(
+            "FieldValueInvalid",
+            "spec.podCIDR",
+            format!(
+                "Invalid value: {single}: must match the first entry of spec.podCIDRs ({first})"
+            ),
+        ));
+    }
+    causes
+}
+
+/// `ValidateNodeUpdate`: podCIDRs and providerID may go from empty to set, never change after.
+pub fn validate_update(new: &Value, old: &Value) -> Vec<Cause> {
+    let mut causes = validate(new);
+    let old_cidrs = pod_cidrs(old);
+    if !old_cidrs.is_empty() {
+        let new_cidrs = pod_cidrs(new);
+        let changed = old_cidrs.len() != new_cidrs.len()
+            || old_cidrs.iter().zip(&new_cidrs).any(|(a, b)| a != b);
+        if changed {
+            causes.push(Cause::new(
+                "FieldValueForbidden",
+                "spec.podCIDRs",
+                format!("Forbidden: {CHANGE_FORBIDDEN}"),
+            ));
+        }
+    }
+    let old_provider = old
+        .pointer("/spec/providerID")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let new_provider = new
+        .pointer("/spec/providerID")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if !old_provider.is_empty() && old_provider != new_provider {
+        causes.push(Cause::new(
+            "FieldValueForbidden",
+            "spec.providerID",
+            "Forbidden: node updates may not change providerID except from \"\" to valid",
+        ));
+    }
+    causes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(spec: Value) -> Value {
+        let mut n = json!({"metadata": {"name": "n"}, "spec": spec});
+        normalize(&mut n);
+        n
+    }
+
+    #[test]
+    fn validation_table() {
+        let ok = [
+            json!({}),
+            json!({"podCIDR": "10.0.0.0/24"}),
+            json!({"podCIDRs": ["10.0.0.0/24", "fd00::/64"]}),
+            json!({"podCIDRs": ["10.0.0.1/24"]}),
+        ];
+        for spec in ok {
+            assert!(validate(&node(spec.clone())).is_empty(), "{spec}");
+        }
+        let bad = [
+            json!({"podCIDRs": ["10.0.0.0/24", "10.0.1.0/24"]}),
+            json!({"podCIDRs": ["10.0.0.0/24", "fd00::/64", "fd01::/64"]}),
+            json!({"podCIDRs": ["***HIDDEN***/25"]}),
+            json!({"podCIDRs": ["10.0.0.0/33"]}),
+            json!({"podCIDR": "10.0.1.0/24", "podCIDRs": ["10.0.0.0/24"]}),
+        ];
+        for spec in bad {
+            assert!(!validate(&node(spec.clone())).is_empty(), "{spec}");
+        }
+    }
+
+    #[test]
+    fn update_rules() {
+        let empty = node(json!({}));
+        let one = node(json!({"podCIDRs": ["10.0.0.0/24"]}));
+        let two = node(json!({"podCIDRs": ["10.0.0.0/24", "fd00::/64"]}));
+        let other = node(json!({"podCIDRs": ["10.0.1.0/24"]}));
+        assert!(validate_update(&one, &empty).is_empty());
+        assert!(validate_update(&one, &one).is_empty());
+        assert!(!validate_update(&two, &one).is_empty());
+        assert!(!validate_update(&other, &one).is_empty());
+        assert!(!validate_update(&empty, &one).is_empty());
+    }
+
+    #[test]
+    fn normalize_converts_single_to_list() {
+        let n = node(json!({"podCIDR": "10.0.0.0/24"}));
+        assert_eq!(n["spec"]["podCIDRs"], json!(["10.0.0.0/24"]));
+        let n = node(json!({"podCIDRs": ["fd00::/64"]}));
+        assert_eq!(n["spec"]["podCIDR"], json!("fd00::/64"));
+    }
+}

@@ -1,0 +1,583 @@
+//! HTTP front end: routing, request log, fault injection, and the admin endpoints.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::sync::watch as tokio_watch;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::faults::{self, FaultAction, FaultRule};
+use super::resource::{Resource, Target, Verb, parse_path};
+use super::select::Selector;
+use super::status::ApiError;
+use super::store::{Key, ListParams, Ownership, PatchType, Store};
+use super::watch::{self, WatchParams};
+
+/// Largest request body accepted (kube-apiserver's limit is 3 MiB for most writes).
+const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// One logged request.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RequestRecord {
+    /// Kubernetes verb (`None` for non-resource paths such as `/version`).
+    #[serde(skip)]
+    pub verb: Option<Verb>,
+    /// Verb as text (`""` for non-resource paths).
+    pub verb_name: &'static str,
+    /// HTTP method.
+    pub method: String,
+    /// Request path.
+    pub path: String,
+    /// Raw query string.
+    pub query: String,
+    /// Resource, if the path named one.
+    #[serde(skip)]
+    pub resource: Option<Resource>,
+    /// Namespace from the path.
+    pub namespace: Option<String>,
+    /// Object name from the path.
+    pub name: Option<String>,
+    /// `Content-Type` header.
+    pub content_type: Option<String>,
+    /// `fieldManager` query parameter or the user-agent-derived manager.
+    pub field_manager: String,
+    /// Parsed JSON body of writes.
+    pub body: Option<Value>,
+    /// HTTP status of the answer (200 for a watch that started).
+    pub status: u16,
+}
+
+/// State shared by the server tasks and the handle.
+#[derive(Debug)]
+pub struct Shared {
+    /// The objects.
+    pub store: Mutex<Store>,
+    /// Current resourceVersion, published after each write (wakes watches).
+    pub rv_tx: tokio_watch::Sender<u64>,
+    /// Bumped to end every open watch.
+    pub drop_tx: tokio_watch::Sender<u64>,
+    /// Set to `true` on shutdown.
+    pub shutdown_tx: tokio_watch::Sender<bool>,
+    /// Pending fault rules.
+    pub faults: Mutex<Vec<FaultRule>>,
+    /// Delay added to every response.
+    pub delay: Mutex<Duration>,
+    /// Request log.
+    pub log: Mutex<Vec<RequestRecord>>,
+    /// Idle time after which a watch with bookmarks gets a BOOKMARK.
+    pub bookmark_interval: Duration,
+    /// Whether `/sandbox/...` admin endpoints are served.
+    pub admin: bool,
+}
+
+impl Shared {
+    /// Lock the store (a poisoned lock is recovered: the store is always consistent between calls).
+    pub fn store(&self) -> std::sync::MutexGuard<'_, Store> {
+        self.store.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Publish the current resourceVersion to watches.
+    pub fn notify(&self) {
+        let rv = self.store().resource_version();
+        self.rv_tx.send_replace(rv);
+    }
+
+    fn log(&self, rec: RequestRecord) {
+        self.log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(rec);
+    }
+}
+
+fn json_response(code: u16, body: &Value) -> Response {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut resp = (status, serde_json::to_string(body).unwrap_or_default()).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+fn error_response(e: &ApiError) -> Response {
+    let mut resp = json_response(e.code, &e.to_status());
+    if let Some(secs) = e.retry_after_secs
+        && let Ok(v) = HeaderValue::from_str(&secs.to_string())
+    {
+        resp.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    resp
+}
+
+fn query_map(query: &str) -> HashMap<String, String> {
+    form_urlencoded::parse(query.as_bytes())
+        .into_owned()
+        .collect()
+}
+
+fn truthy(q: &HashMap<String, String>, k: &str) -> bool {
+    matches!(q.get(k).map(String::as_str), Some("true" | "1"))
+}
+
+fn verb_of(method: &Method, target: &Target, q: &HashMap<String, String>) -> Option<Verb> {
+    let item = target.name.is_some();
+    Some(match (method.as_str(), item) {
+        ("GET", true) => Verb::Get,
+        ("GET", false) if truthy(q, "watch") => Verb::Watch,
+        ("GET", false) => Verb::List,
+        ("POST", false) => Verb::Create,
+        ("PUT", true) => Verb::Update,
+        ("PATCH", true) => Verb::Patch,
+        ("DELETE", true) => Verb::Delete,
+        ("DELETE", false) => Verb::DeleteCollection,
+        _ => return None,
+    })
+}
+
+async fn hold(shared: &Shared, d: Duration) {
+    let mut shutdown = shared.shutdown_tx.subscribe();
+    tokio::select! {
+        _ = tokio::time::sleep(d) => {}
+        _ = shutdown.wait_for(|s| *s) => {}
+    }
+}
+
+/// The single handler behind every path.
+pub async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let method = parts.method.clone();
+    let path = parts.uri.path().to_owned();
+    let query = parts.uri.query().unwrap_or("").to_owned();
+    let q = query_map(&query);
+    let content_type = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let user_agent = parts
+        .headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let field_manager = q.get("fieldManager").cloned().unwrap_or_else(|| {
+        let prefix = user_agent.split('/').next().unwrap_or("").trim();
+        if prefix.is_empty() {
+            "unknown".to_owned()
+        } else {
+            prefix.to_owned()
+        }
+    });
+    let bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+        Ok(b) => b,
+        Err(_) => return error_response(&ApiError::new_too_large()),
+    };
+    let mut rec = RequestRecord {
+        verb: None,
+        verb_name: "",
+        method: method.to_string(),
+        path: path.clone(),
+        query: query.clone(),
+        resource: None,
+        namespace: None,
+        name: None,
+        content_type: content_type.clone(),
+        field_manager: field_manager.clone(),
+        body: if bytes.is_empty() {
+            None
+        } else {
+            serde_json::from_slice(&bytes).ok()
+        },
+        status: 0,
+    };
+
+    if let Some(resp) = non_resource(&shared, &method, &path, &bytes).await {
+        rec.status = resp.status().as_u16();
+        shared.log(rec);
+        return resp;
+    }
+
+    let Some(target) = parse_path(&path) else {
+        let e = ApiError::no_route(&path);
+        rec.status = e.code;
+        shared.log(rec);
+        return error_response(&e);
+    };
+    rec.resource = Some(target.resource);
+    rec.namespace = target.namespace.clone();
+    rec.name = target.name.clone();
+    let Some(verb) = verb_of(&method, &target, &q) else {
+        let e = ApiError::method_not_allowed(format!(
+            "the server does not allow this method on the requested resource ({method} {path})"
+        ));
+        rec.status = e.code;
+        shared.log(rec);
+        return error_response(&e);
+    };
+    rec.verb = Some(verb);
+    rec.verb_name = verb.as_str();
+
+    let fault = {
+        let mut rules = shared.faults.lock().unwrap_or_else(PoisonError::into_inner);
+        faults::take(&mut rules, verb, target.resource, target.name.as_deref())
+    };
+    let delay = *shared.delay.lock().unwrap_or_else(PoisonError::into_inner);
+    if !delay.is_zero() {
+        hold(&shared, delay).await;
+    }
+    let early: Option<ApiError> = match &fault {
+        Some(FaultAction::Status(code)) => Some(ApiError::with_code(*code)),
+        Some(FaultAction::TooManyRequests { retry_after_secs }) => {
+            Some(ApiError::too_many_requests(*retry_after_secs))
+        }
+        Some(FaultAction::Hang(d)) => {
+            hold(&shared, *d).await;
+            Some(ApiError::timeout("injected fault: the request timed out"))
+        }
+        Some(FaultAction::Delay(d)) => {
+            hold(&shared, *d).await;
+            None
+        }
+        _ => None,
+    };
+    if let Some(e) = early {
+        rec.status = e.code;
+        shared.log(rec);
+        return error_response(&e);
+    }
+
+    let result = dispatch(
+        &shared,
+        verb,
+        &target,
+        &q,
+        content_type.as_deref(),
+        &field_manager,
+        &bytes,
+    );
+    shared.notify();
+    let resp = match result {
+        Ok(Reply::Json(code, v)) => match &fault {
+            Some(FaultAction::CommitThenStatus(c)) => error_response(&ApiError::with_code(*c)),
+            Some(FaultAction::CommitThenHang(d)) => {
+                hold(&shared, *d).await;
+                error_response(&ApiError::timeout("injected fault: the request timed out"))
+            }
+            _ => json_response(code, &v),
+        },
+        Ok(Reply::Stream(rx)) => {
+            let mut resp = Response::new(Body::from_stream(ReceiverStream::new(rx)));
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            resp
+        }
+        Err(e) => error_response(&e),
+    };
+    rec.status = resp.status().as_u16();
+    shared.log(rec);
+    resp
+}
+
+enum Reply {
+    Json(u16, Value),
+    Stream(tokio::sync::mpsc::Receiver<Result<bytes::Bytes, std::io::Error>>),
+}
+
+fn parse_body(bytes: &[u8]) -> Result<Value, ApiError> {
+    if bytes.is_empty() {
+        return Err(ApiError::bad_request("the request body is empty"));
+    }
+    serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
+    })
+}
+
+fn dispatch(
+    shared: &Arc<Shared>,
+    verb: Verb,
+    target: &Target,
+    q: &HashMap<String, String>,
+    content_type: Option<&str>,
+    manager: &str,
+    bytes: &[u8],
+) -> Result<Reply, ApiError> {
+    let res = target.resource;
+    if q.contains_key("dryRun") {
+        return Err(ApiError::bad_request(
+            "dryRun is not supported by the sandbox API server",
+        ));
+    }
+    let ns = target.namespace.clone().unwrap_or_default();
+    let key = || Key::new(res, &ns, target.name.as_deref().unwrap_or(""));
+    let selector = || {
+        Selector::parse(
+            q.get("labelSelector").map(String::as_str),
+            q.get("fieldSelector").map(String::as_str),
+        )
+    };
+    match verb {
+        Verb::Get => {
+            let store = shared.store();
+            store
+                .get(&key())
+                .cloned()
+                .map(|v| Reply::Json(200, v))
+                .ok_or_else(|| ApiError::not_found(res, &key().name))
+        }
+        Verb::List => {
+            let limit = match q.get("limit") {
+                Some(l) => l
+                    .parse::<i64>()
+                    .map_err(|_| ApiError::bad_request(format!("invalid limit: {l}")))?
+                    .max(0) as usize,
+                None => 0,
+            };
+            let params = ListParams {
+                resource_version: q.get("resourceVersion").cloned(),
+                resource_version_match: q.get("resourceVersionMatch").cloned(),
+                limit,
+                continue_token: q.get("continue").cloned(),
+                selector: selector()?,
+            };
+            let store = shared.store();
+            store
+                .list(res, target.namespace.as_deref(), &params)
+                .map(|v| Reply::Json(200, v))
+        }
+        Verb::Watch => {
+            let timeout = match q.get("timeoutSeconds") {
+                Some(t) => Some(Duration::from_secs(t.parse::<u64>().map_err(|_| {
+                    ApiError::bad_request(format!("invalid timeoutSeconds: {t}"))
+                })?)),
+                None => None,
+            };
+            let params = WatchParams {
+                resource: res,
+                namespace: target.namespace.clone(),
+                resource_version: q.get("resourceVersion").cloned(),
+                bookmarks: truthy(q, "allowWatchBookmarks"),
+                send_initial_events: truthy(q, "sendInitialEvents"),
+                timeout,
+                selector: selector()?,
+            };
+            watch::start(Arc::clone(shared), params).map(Reply::Stream)
+        }
+        Verb::Create => {
+            let body = parse_body(bytes)?;
+            shared
+                .store()
+                .create(res, &ns, body, Ownership::Update(manager.to_owned()))
+                .map(|v| Reply::Json(201, v))
+        }
+        Verb::Update => {
+            let body = parse_body(bytes)?;
+            shared
+                .store()
+                .update(&key(), body, target.subresource.as_deref(), manager)
+                .map(|v| Reply::Json(200, v))
+        }
+        Verb::Patch => {
+            let ct = content_type.unwrap_or("");
+            let ty = PatchType::from_content_type(ct)
+                .ok_or_else(|| ApiError::unsupported_media_type(ct))?;
+            let body = parse_body(bytes)?;
+            let force = truthy(q, "force");
+            if ty == PatchType::Apply && !q.contains_key("fieldManager") {
+                return Err(ApiError::invalid_field_manager());
+            }
+            if ty != PatchType::Apply && force {
+                return Err(ApiError::bad_request(
+                    "force is only allowed for apply patches",
+                ));
+            }
+            let mut store = shared.store();
+            let existed = store.get(&key()).is_some();
+            store
+                .patch(
+                    &key(),
+                    ty,
+                    &body,
+                    target.subresource.as_deref(),
+                    manager,
+                    force,
+                )
+                .map(|v| Reply::Json(if existed { 200 } else { 201 }, v))
+        }
+        Verb::Delete => {
+            let options = if bytes.is_empty() {
+                json!({})
+            } else {
+                parse_body(bytes)?
+            };
+            shared
+                .store()
+                .delete(&key(), &options)
+                .map(|(v, _)| Reply::Json(200, v))
+        }
+        Verb::DeleteCollection => Err(ApiError::method_not_allowed(
+            "deletecollection is not supported by the sandbox API server",
+        )),
+    }
+}
+
+/// `/version`, `/healthz`, `/api`, `/apis` and the `/sandbox/...` admin endpoints.
+async fn non_resource(
+    shared: &Arc<Shared>,
+    method: &Method,
+    path: &str,
+    body: &[u8],
+) -> Option<Response> {
+    match path {
+        "/version" => Some(json_response(
+            200,
+            &json!({"major": "1", "minor": "34", "gitVersion": "v1.34.0-sandbox", "platform": "linux/amd64"}),
+        )),
+        "/healthz" | "/readyz" | "/livez" => Some((StatusCode::OK, "ok").into_response()),
+        "/api" => Some(json_response(
+            200,
+            &json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}),
+        )),
+        "/apis" => {
+            let groups: Vec<Value> = ["coordination.k8s.io", "events.k8s.io"]
+                .iter()
+                .map(|g| json!({"name": g, "versions": [{"groupVersion": format!("{g}/v1"), "version": "v1"}], "preferredVersion": {"groupVersion": format!("{g}/v1"), "version": "v1"}}))
+                .collect();
+            Some(json_response(
+                200,
+                &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}),
+            ))
+        }
+        p if p.starts_with("/sandbox/") && shared.admin => Some(admin(shared, method, p, body)),
+        _ => None,
+    }
+}
+
+fn parse_verb(s: &str) -> Option<Verb> {
+    [
+        Verb::Get,
+        Verb::List,
+        Verb::Watch,
+        Verb::Create,
+        Verb::Update,
+        Verb::Patch,
+        Verb::Delete,
+        Verb::DeleteCollection,
+    ]
+    .into_iter()
+    .find(|v| v.as_str() == s)
+}
+
+/// Parse an admin fault rule: `{"verb":"patch","resource":"nodes","name":"n1","times":2,
+/// "status":500}` or with `"retryAfterSeconds":N`, `"hangMs":N`, `"delayMs":N`,
+/// `"commitThenStatus":C` or `"commitThenHangMs":N` instead of `status`.
+pub fn parse_fault(v: &Value) -> Result<FaultRule, ApiError> {
+    let verb = match v.get("verb").and_then(Value::as_str) {
+        Some(s) => {
+            Some(parse_verb(s).ok_or_else(|| ApiError::bad_request(format!("unknown verb {s}")))?)
+        }
+        None => None,
+    };
+    let resource = match v.get("resource").and_then(Value::as_str) {
+        Some(s) => Some(
+            Resource::ALL
+                .into_iter()
+                .find(|r| r.plural() == s || r.qualified_plural() == s)
+                .ok_or_else(|| ApiError::bad_request(format!("unknown resource {s}")))?,
+        ),
+        None => None,
+    };
+    let n = |k: &str| v.get(k).and_then(Value::as_u64);
+    let action = if let Some(c) = n("status") {
+        FaultAction::Status(u16::try_from(c).map_err(|_| ApiError::bad_request("bad status"))?)
+    } else if let Some(s) = n("retryAfterSeconds") {
+        FaultAction::TooManyRequests {
+            retry_after_secs: s,
+        }
+    } else if let Some(ms) = n("hangMs") {
+        FaultAction::Hang(Duration::from_millis(ms))
+    } else if let Some(ms) = n("delayMs") {
+        FaultAction::Delay(Duration::from_millis(ms))
+    } else if let Some(c) = n("commitThenStatus") {
+        FaultAction::CommitThenStatus(
+            u16::try_from(c).map_err(|_| ApiError::bad_request("bad status"))?,
+        )
+    } else if let Some(ms) = n("commitThenHangMs") {
+        FaultAction::CommitThenHang(Duration::from_millis(ms))
+    } else {
+        return Err(ApiError::bad_request(
+            "fault needs one of status, retryAfterSeconds, hangMs, delayMs, commitThenStatus, commitThenHangMs",
+        ));
+    };
+    Ok(FaultRule {
+        verb,
+        resource,
+        name: v.get("name").and_then(Value::as_str).map(str::to_owned),
+        times: n("times").unwrap_or(1) as usize,
+        action,
+    })
+}
+
+fn admin(shared: &Arc<Shared>, method: &Method, path: &str, body: &[u8]) -> Response {
+    let result: Result<Value, ApiError> = match (method.as_str(), path) {
+        ("GET", "/sandbox/requests") => {
+            let log = shared
+                .log
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            serde_json::to_value(log).map_err(|e| ApiError::internal(e.to_string()))
+        }
+        ("DELETE", "/sandbox/requests") => {
+            shared
+                .log
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clear();
+            Ok(json!({}))
+        }
+        ("POST", "/sandbox/faults") => parse_body(body).and_then(|v| parse_fault(&v)).map(|rule| {
+            shared
+                .faults
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(rule);
+            json!({})
+        }),
+        ("DELETE", "/sandbox/faults") => {
+            shared
+                .faults
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clear();
+            Ok(json!({}))
+        }
+        ("POST", "/sandbox/delay") => parse_body(body).map(|v| {
+            let ms = v.get("ms").and_then(Value::as_u64).unwrap_or(0);
+            *shared.delay.lock().unwrap_or_else(PoisonError::into_inner) =
+                Duration::from_millis(ms);
+            json!({})
+        }),
+        ("POST", "/sandbox/drop-watches") => {
+            shared.drop_tx.send_modify(|g| *g += 1);
+            Ok(json!({}))
+        }
+        ("POST", "/sandbox/compact") => {
+            shared.store().compact();
+            Ok(json!({}))
+        }
+        _ => Err(ApiError::no_route(path)),
+    };
+    match result {
+        Ok(v) => json_response(200, &v),
+        Err(e) => error_response(&e),
+    }
+}

@@ -1,0 +1,661 @@
+//! Tests of the sandbox API server alone, through a real `kube::Client`.
+
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use kube::api::{
+    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::watcher;
+use kube::{Resource as _, ResourceExt};
+use nodeipam_tests::sandbox::{
+    FaultAction, FaultRule, PatchType, Resource, Sandbox, SandboxHandle, SandboxOptions, Verb,
+    fixture,
+};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn api_status(r: Result<impl std::fmt::Debug, kube::Error>) -> (u16, String, Value) {
+    match r {
+        Err(kube::Error::Api(s)) => (
+            s.code,
+            s.reason.clone(),
+            serde_json::to_value(&s.details).unwrap_or(Value::Null),
+        ),
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+async fn start(file: &str) -> (SandboxHandle, Api<Node>) {
+    let sb = Sandbox::start(fixture(file)).await;
+    let nodes: Api<Node> = Api::all(sb.client());
+    (sb, nodes)
+}
+
+#[tokio::test]
+async fn every_fixture_loads_with_fresh_resource_versions() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/nodes");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("fixtures dir")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".json"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 10, "fixtures found: {files:?}");
+    for f in files {
+        let doc = fixture(&f);
+        let count = doc["items"].as_array().map_or(0, Vec::len);
+        let sb = Sandbox::start(doc).await;
+        let nodes: Api<Node> = Api::all(sb.client());
+        let list = nodes
+            .list(&ListParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("{f}: {e}"));
+        assert_eq!(list.items.len(), count, "{f}");
+        let list_rv: u64 = list
+            .metadata
+            .resource_version
+            .as_deref()
+            .and_then(|r| r.parse().ok())
+            .expect("list rv");
+        let mut rvs: Vec<u64> = list
+            .items
+            .iter()
+            .map(|n| {
+                n.resource_version()
+                    .and_then(|r| r.parse().ok())
+                    .expect("item rv")
+            })
+            .collect();
+        rvs.sort_unstable();
+        rvs.dedup();
+        assert_eq!(rvs.len(), count, "{f}: distinct resourceVersions");
+        assert!(rvs.iter().all(|r| *r <= list_rv), "{f}");
+        for n in &list.items {
+            let spec = n.spec.clone().unwrap_or_default();
+            if let Some(c) = &spec.pod_cidr {
+                assert_eq!(
+                    spec.pod_cidrs.as_ref().and_then(|l| l.first()),
+                    Some(c),
+                    "{f}: podCIDR == podCIDRs[0]"
+                );
+            }
+        }
+        sb.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn list_pagination_is_a_consistent_snapshot() {
+    let (sb, nodes) = start("08-openshift-gcp-6nodes-no-podcidr-obfuscated-ips.json").await;
+    let first = nodes
+        .list(&ListParams::default().limit(4))
+        .await
+        .expect("page 1");
+    assert_eq!(first.items.len(), 4);
+    let token = first.metadata.continue_.clone().expect("continue token");
+    assert_eq!(first.metadata.remaining_item_count, Some(2));
+    // A write between pages must not show up in later pages (snapshot semantics).
+    let last_name = sb
+        .nodes()
+        .last()
+        .and_then(|n| n["metadata"]["name"].as_str().map(str::to_owned))
+        .expect("a node");
+    sb.patch_node(
+        &last_name,
+        PatchType::Merge,
+        &json!({"metadata": {"labels": {"x": "y"}}}),
+    )
+    .expect("label");
+    let second = nodes
+        .list(&ListParams::default().limit(4).continue_token(&token))
+        .await
+        .expect("page 2");
+    assert_eq!(second.items.len(), 2);
+    assert!(
+        second
+            .metadata
+            .continue_
+            .as_deref()
+            .unwrap_or("")
+            .is_empty()
+    );
+    assert_eq!(
+        second.metadata.resource_version,
+        first.metadata.resource_version
+    );
+    let labelled = second
+        .items
+        .iter()
+        .find(|n| n.name_any() == last_name)
+        .expect("last node on page 2");
+    assert!(
+        labelled.labels().get("x").is_none(),
+        "page 2 is served at the snapshot resourceVersion"
+    );
+    let mut names: Vec<String> = first
+        .items
+        .iter()
+        .chain(&second.items)
+        .map(|n| n.name_any())
+        .collect();
+    names.dedup();
+    assert_eq!(names.len(), 6);
+    // Selectors.
+    let by_name = nodes
+        .list(&ListParams::default().fields(&format!("metadata.name={last_name}")))
+        .await
+        .expect("field selector");
+    assert_eq!(by_name.items.len(), 1);
+    let by_label = nodes
+        .list(&ListParams::default().labels("x=y"))
+        .await
+        .expect("label selector");
+    assert_eq!(by_label.items.len(), 1);
+    // Continue token older than the history → 410 Expired.
+    sb.compact();
+    let (code, reason, _) = api_status(
+        nodes
+            .list(&ListParams::default().limit(4).continue_token(&token))
+            .await,
+    );
+    assert_eq!((code, reason.as_str()), (410, "Expired"));
+    sb.shutdown().await;
+}
+
+#[tokio::test]
+async fn watch_from_resource_version_then_410_when_too_old() {
+    let (sb, nodes) = start("07-eks-2nodes-no-podcidr.json").await;
+    let list = nodes.list(&ListParams::default()).await.expect("list");
+    let rv = list.metadata.resource_version.clone().expect("rv");
+    let name = list.items[0].name_any();
+    sb.patch_node(
+        &name,
+        PatchType::Strategic,
+        &json!({"metadata": {"labels": {"a": "b"}}}),
+    )
+    .expect("patch");
+    let mut stream = nodes
+        .watch(&WatchParams::default().timeout(30), &rv)
+        .await
+        .expect("watch")
+        .boxed();
+    let ev = tokio::time::timeout(WAIT, stream.try_next())
+        .await
+        .expect("event in time")
+        .expect("ok")
+        .expect("some");
+    match ev {
+        WatchEvent::Modified(n) => assert_eq!(n.labels().get("a").map(String::as_str), Some("b")),
+        other => panic!("expected MODIFIED, got {other:?}"),
+    }
+    // Live events too.
+    sb.delete_node(&name).expect("delete");
+    let ev = tokio::time::timeout(WAIT, stream.try_next())
+        .await
+        .expect("event in time")
+        .expect("ok")
+        .expect("some");
+    assert!(
+        matches!(ev, WatchEvent::Deleted(ref n) if n.name_any() == name),
+        "{ev:?}"
+    );
+    // Too old: the stream carries an ERROR event with a 410 Expired Status.
+    sb.compact();
+    let mut stream = nodes
+        .watch(&WatchParams::default().timeout(30), &rv)
+        .await
+        .expect("watch")
+        .boxed();
+    let ev = tokio::time::timeout(WAIT, stream.try_next())
+        .await
+        .expect("event in time")
+        .expect("ok")
+        .expect("some");
+    match ev {
+        WatchEvent::Error(s) => assert_eq!((s.code, s.reason.as_str()), (410, "Expired")),
+        other => panic!("expected ERROR 410, got {other:?}"),
+    }
+    sb.shutdown().await;
+}
+
+#[tokio::test]
+async fn stale_resource_version_gets_409_conflict() {
+    let (sb, nodes) = start("05-aws-4nodes-no-podcidr.json").await;
+    let name = sb.nodes()[0]["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_owned();
+    let old = nodes.get(&name).await.expect("get");
+    sb.patch_node(
+        &name,
+        PatchType::Merge,
+        &json!({"metadata": {"labels": {"bump": "1"}}}),
+    )
+    .expect("bump");
+    let (code, reason, _) = api_status(nodes.replace(&name, &PostParams::default(), &old).await);
+    assert_eq!((code, reason.as_str()), (409, "Conflict"));
+    // A patch carrying a stale resourceVersion is a precondition too.
+    let stale = json!({"metadata": {"resourceVersion": old.resource_version()}, "spec": {"podCIDR": "10.0.0.0/24"}});
+    let (code, reason, _) = api_status(
+        nodes
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&stale))
+            .await,
+    );
+    assert_eq!((code, reason.as_str()), (409, "Conflict"));
+    // A current resourceVersion passes.
+    let mut fresh = nodes.get(&name).await.expect("get");
+    fresh.labels_mut().insert("c".into(), "d".into());
+    let updated = nodes
+        .replace(&name, &PostParams::default(), &fresh)
+        .await
+        .expect("replace");
+    assert!(updated.resource_version() > fresh.resource_version());
+    sb.shutdown().await;
+}
+
+#[tokio::test]
+async fn strategic_merge_sets_pod_cidrs_once_then_422_on_change() {
+    let (sb, nodes) = start("05-aws-4nodes-no-podcidr.json").await;
+    let name = sb.nodes()[0]["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_owned();
+    let before = sb.resource_version();
+    let patch = json!({"spec": {"podCIDR": "10.244.3.0/24", "podCIDRs": ["10.244.3.0/24"]}});
+    let n = nodes
+        .patch(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+        .await
+        .expect("set podCIDRs");
+    let spec = n.spec.expect("spec");
+    assert_eq!(spec.pod_cidr.as_deref(), Some("10.244.3.0/24"));
+    assert_eq!(spec.pod_cidrs, Some(vec!["10.244.3.0/24".to_owned()]));
+    assert!(sb.resource_version() > before);
+    // The same patch again is a no-op: no new resourceVersion.
+    let rv = sb.resource_version();
+    nodes
+        .patch(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+        .await
+        .expect("no-op");
+    assert_eq!(sb.resource_version(), rv);
+    // Changing it: the strategic merge makes ["10.244.9.0/24","10.244.3.0/24"] → 422 Invalid.
+    let change = json!({"spec": {"podCIDR": "10.244.9.0/24", "podCIDRs": ["10.244.9.0/24"]}});
+    let (code, reason, details) = api_status(
+        nodes
+            .patch(&name, &PatchParams::default(), &Patch::Strategic(&change))
+            .await,
+    );
+    assert_eq!((code, reason.as_str()), (422, "Invalid"));
+    let fields: Vec<&str> = details["causes"]
+        .as_array()
+        .map(|c| c.iter().filter_map(|c| c["field"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(fields.contains(&"spec.podCIDRs"), "{details}");
+    // Adding a second family after the first is set is a change too.
+    let add = json!({"spec": {"podCIDRs": ["10.244.3.0/24", "fd00:1::/64"]}});
+    let (code, _, _) = api_status(
+        nodes
+            .patch(&name, &PatchParams::default(), &Patch::Strategic(&add))
+            .await,
+    );
+    assert_eq!(code, 422);
+    // Invalid values on a fresh node.
+    let other = sb.nodes()[1]["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_owned();
+    for bad in [
+        json!({"spec": {"podCIDRs": ["10.0.0.0/24", "10.0.1.0/24"]}}),
+        json!({"spec": {"podCIDRs": ["10.0.0.0/24", "fd00::/64", "fd01::/64"]}}),
+        json!({"spec": {"podCIDRs": ["nonsense"]}}),
+        json!({"spec": {"podCIDR": "10.0.1.0/24", "podCIDRs": ["10.0.0.0/24"]}}),
+    ] {
+        let (code, reason, _) = api_status(
+            nodes
+                .patch(&other, &PatchParams::default(), &Patch::Merge(&bad))
+                .await,
+        );
+        assert_eq!((code, reason.as_str()), (422, "Invalid"), "{bad}");
+    }
+    // Dual-stack in one go is fine; JSON patch works too.
+    let dual =
+        json!([{"op": "add", "path": "/spec/podCIDRs", "value": ["10.0.0.0/24", "fd00::/64"]}]);
+    let jp: json_patch::Patch = serde_json::from_value(dual).expect("json patch");
+    let n = nodes
+        .patch(&other, &PatchParams::default(), &Patch::Json::<()>(jp))
+        .await
+        .expect("dual-stack");
+    assert_eq!(
+        n.spec.and_then(|s| s.pod_cidr).as_deref(),
+        Some("10.0.0.0/24")
+    );
+    // 404 for a missing node.
+    let (code, reason, _) = api_status(nodes.get("nope").await);
+    assert_eq!((code, reason.as_str()), (404, "NotFound"));
+    sb.shutdown().await;
+}
+
+#[tokio::test]
+async fn finalizers_hold_deletion_until_emptied() {
+    let (sb, nodes) = start("01-k3s-single-node-flannel-hostgw.json").await;
+    let rv = sb.resource_version().to_string();
+    let mut stream = nodes
+        .watch(&WatchParams::default().timeout(30), &rv)
+        .await
+        .expect("watch")
+        .boxed();
+    nodes
+        .delete("node-a", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let node = sb.node("node-a").expect("still there");
+    assert!(node["metadata"]["deletionTimestamp"].is_string());
+    let ev = tokio::time::timeout(WAIT, stream.try_next())
+        .await
+        .expect("in time")
+        .expect("ok")
+        .expect("some");
+    assert!(matches!(ev, WatchEvent::Modified(_)), "{ev:?}");
+    nodes
+        .patch(
+            "node-a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("remove finalizers");
+    assert!(sb.node("node-a").is_none());
+    let ev = tokio::time::timeout(WAIT, stream.try_next())
+        .await
+        .expect("in time")
+        .expect("ok")
+        .expect("some");
+    assert!(matches!(ev, WatchEvent::Deleted(_)), "{ev:?}");
+    sb.shutdown().await;
+}
+
+#[tokio::test]
+async fn kube_runtime_watcher_lists_watches_and_recovers() {
+    let opts = SandboxOptions {
+        bookmark_interval: Duration::from_millis(200),
+        ..SandboxOptions::default()
+    };
+    let sb = Sandbox::try_start(fixture("06-kvm-onprem-4nodes-no-podcidr.json"), opts)
+        .await
+        .expect("start");
+    let nodes: Api<Node> = Api::all(sb.client());
+    let cfg = watcher::Config::default().page_size(3);
+    // Drive the watcher in its own task (its stream only makes progress while polled).
+    let (tx, mut stream) = tokio::sync::mpsc::unbounded_channel();
+    let driver = tokio::spawn(async move {
+        let mut events = watcher(nodes, cfg).boxed();
+        while let Some(ev) = events.next().await {
+            if tx.send(ev).is_err() {
+                break;
+            }
+        }
+    });
+    let mut initial = Vec::new();
+    loop {
+        match next(&mut stream).await {
+            watcher::Event::Init => {}
+            watcher::Event::InitApply(n) => initial.push(n.name_any()),
+            watcher::Event::InitDone => break,
+            other => panic!("unexpected before InitDone: {other:?}"),
+        }
+    }
+    assert_eq!(initial.len(), 4);
+    let new_node =
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "new-1"}, "spec": {}});
+    sb.create_node(new_node).expect("create");
+    match next(&mut stream).await {
+        watcher::Event::Apply(n) => assert_eq!(n.name_any(), "new-1"),
+        other => panic!("expected Apply, got {other:?}"),
+    }
+    // Dropped streams: the watcher re-watches from its last resourceVersion.
+    sb.drop_watches();
+    sb.patch_node(
+        "new-1",
+        PatchType::Strategic,
+        &json!({"spec": {"podCIDRs": ["10.1.0.0/24"]}}),
+    )
+    .expect("patch");
+    match next(&mut stream).await {
+        watcher::Event::Apply(n) => assert_eq!(
+            n.spec.and_then(|s| s.pod_cidr).as_deref(),
+            Some("10.1.0.0/24")
+        ),
+        other => panic!("expected Apply, got {other:?}"),
+    }
+    // Too old after a drop: 410 makes the watcher relist (Init … InitDone). The re-watch is held
+    // back 300 ms so that the delete and the compaction happen before it is served.
+    sb.inject(FaultRule::new(
+        Verb::Watch,
+        Resource::Nodes,
+        1,
+        FaultAction::Delay(Duration::from_millis(300)),
+    ));
+    sb.drop_watches();
+    assert!(
+        sb.wait_until(WAIT, |s| s.pending_faults().is_empty()).await,
+        "re-watch arrived"
+    );
+    sb.delete_node("new-1").expect("delete");
+    sb.compact();
+    let mut saw_init = false;
+    loop {
+        match tokio::time::timeout(WAIT, stream.recv())
+            .await
+            .expect("in time")
+            .expect("open")
+        {
+            Ok(watcher::Event::Init) => saw_init = true,
+            Ok(watcher::Event::InitDone) if saw_init => break,
+            Ok(_) => {}
+            Err(e) => tracing_free_note(&e),
+        }
+    }
+    assert!(saw_init);
+    let watches = sb.requests_of(Verb::Watch, Resource::Nodes);
+    assert!(watches.len() >= 3, "re-watched: {}", watches.len());
+    assert!(
+        watches
+            .iter()
+            .all(|r| r.query.contains("allowWatchBookmarks=true"))
+    );
+    let lists = sb.requests_of(Verb::List, Resource::Nodes);
+    assert!(
+        lists.len() >= 3,
+        "paginated lists with page size 3 (4 nodes), then relist"
+    );
+    driver.abort();
+    sb.shutdown().await;
+}
+
+type WatcherRx = tokio::sync::mpsc::UnboundedReceiver<Result<watcher::Event<Node>, watcher::Error>>;
+
+async fn next(rx: &mut WatcherRx) -> watcher::Event<Node> {
+    tokio::time::timeout(WAIT, rx.recv())
+        .await
+        .expect("watcher event in time")
+        .expect("stream open")
+        .expect("no error")
+}
+
+/// A watcher error (here: 410 from a too-old resourceVersion) is reported and then recovered.
+fn tracing_free_note(e: &watcher::Error) {
+    assert!(
+        e.to_string().contains("410")
+            || e.to_string().contains("Expired")
+            || e.to_string().contains("too old"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn recorder_creates_then_patches_events() {
+    let (sb, nodes) = start("10-minikube-single-node-no-podcidr.json").await;
+    let node = nodes.get("minikube").await.expect("node");
+    let recorder = Recorder::new(
+        sb.client(),
+        Reporter {
+            controller: "nodeipam".into(),
+            instance: Some("test-0".into()),
+        },
+    );
+    let ev = Event {
+        type_: EventType::Warning,
+        reason: "CIDRNotAvailable".into(),
+        note: Some("no free CIDR".into()),
+        action: "Allocate".into(),
+        secondary: None,
+    };
+    recorder
+        .publish(&ev, &node.object_ref(&()))
+        .await
+        .expect("first publish");
+    recorder
+        .publish(&ev, &node.object_ref(&()))
+        .await
+        .expect("second publish");
+    let events = sb.events();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["metadata"]["namespace"], "default");
+    assert_eq!(events[0]["regarding"]["name"], "minikube");
+    assert_eq!(events[0]["series"]["count"], 2);
+    assert_eq!(sb.requests_of(Verb::Create, Resource::Events).len(), 1);
+    let patches = sb.requests_of(Verb::Patch, Resource::Events);
+    assert_eq!(patches.len(), 1);
+    assert_eq!(
+        patches[0].content_type.as_deref(),
+        Some("application/merge-patch+json")
+    );
+    let api: Api<K8sEvent> = Api::namespaced(sb.client(), "default");
+    assert_eq!(
+        api.list(&ListParams::default())
+            .await
+            .expect("list events")
+            .items
+            .len(),
+        1
+    );
+    // An event without required fields is rejected like the real API does.
+    let bad = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "x"}, "type": "Normal"});
+    let bad: K8sEvent = serde_json::from_value(bad).expect("event");
+    let (code, _, _) = api_status(api.create(&PostParams::default(), &bad).await);
+    assert_eq!(code, 422);
+    sb.shutdown().await;
+}
+
+#[tokio::test]
+async fn faults_fail_delay_and_commit_then_fail() {
+    let (sb, nodes) = start("07-eks-2nodes-no-podcidr.json").await;
+    let name = sb.nodes()[0]["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_owned();
+    let patch = json!({"metadata": {"labels": {"f": "1"}}});
+    sb.fail_next(Verb::Patch, Resource::Nodes, 1, FaultAction::Status(500));
+    let (code, _, _) = api_status(
+        nodes
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await,
+    );
+    assert_eq!(code, 500);
+    assert!(
+        sb.node(&name).expect("node")["metadata"]["labels"]["f"].is_null(),
+        "500 fault does not run the request"
+    );
+    // 429: kube's default client retries, honouring Retry-After.
+    sb.clear_requests();
+    sb.fail_next(
+        Verb::Get,
+        Resource::Nodes,
+        1,
+        FaultAction::TooManyRequests {
+            retry_after_secs: 1,
+        },
+    );
+    let started = std::time::Instant::now();
+    nodes.get(&name).await.expect("kube retries a 429");
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "waited for Retry-After"
+    );
+    let statuses: Vec<u16> = sb
+        .requests_of(Verb::Get, Resource::Nodes)
+        .iter()
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(statuses, [429, 200]);
+    // Without the retry layer the client sees the Status.
+    let mut cfg = sb.kube_config();
+    cfg.default_retry = false;
+    let no_retry: Api<Node> = Api::all(kube::Client::try_from(cfg).expect("client"));
+    sb.fail_next(
+        Verb::Get,
+        Resource::Nodes,
+        1,
+        FaultAction::TooManyRequests {
+            retry_after_secs: 2,
+        },
+    );
+    let (code, reason, details) = api_status(no_retry.get(&name).await);
+    assert_eq!((code, reason.as_str()), (429, "TooManyRequests"));
+    assert_eq!(details["retryAfterSeconds"], 2);
+    assert!(sb.pending_faults().is_empty());
+    no_retry.get(&name).await.expect("faults are used up");
+    // The write happens but the client sees a 500.
+    sb.fail_next(
+        Verb::Patch,
+        Resource::Nodes,
+        1,
+        FaultAction::CommitThenStatus(500),
+    );
+    let (code, _, _) = api_status(
+        nodes
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await,
+    );
+    assert_eq!(code, 500);
+    assert_eq!(
+        sb.node(&name).expect("node")["metadata"]["labels"]["f"],
+        "1"
+    );
+    // A hang outlasting the client's timeout.
+    let mut cfg = sb.kube_config();
+    cfg.read_timeout = Some(Duration::from_millis(300));
+    let impatient: Api<Node> = Api::all(kube::Client::try_from(cfg).expect("client"));
+    sb.fail_next(
+        Verb::Get,
+        Resource::Nodes,
+        1,
+        FaultAction::Hang(Duration::from_secs(5)),
+    );
+    let started = std::time::Instant::now();
+    let r = impatient.get(&name).await;
+    assert!(
+        r.is_err() && started.elapsed() < Duration::from_secs(4),
+        "{r:?}"
+    );
+    // Delay.
+    sb.set_delay(Duration::from_millis(200));
+    let started = std::time::Instant::now();
+    nodes.get(&name).await.expect("delayed get");
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    sb.set_delay(Duration::ZERO);
+    // The log shows the verbs and statuses (it was cleared before the 429 check).
+    let patches = sb.requests_of(Verb::Patch, Resource::Nodes);
+    assert_eq!(patches.iter().map(|r| r.status).collect::<Vec<_>>(), [500]);
+    assert!(
+        patches
+            .iter()
+            .all(|r| r.content_type.as_deref() == Some("application/merge-patch+json"))
+    );
+    sb.shutdown().await;
+}
