@@ -1,2 +1,185 @@
-//! nodeipam-controller: placeholder until the controller issue.
-fn main() {}
+//! `nodeipam-controller`: thin entry point; see the `nodeipam` library.
+
+use std::io::Read as _;
+use std::process::ExitCode;
+
+use clap::Parser as _;
+use nodeipam::Error;
+use nodeipam::controller::{self, ControllerConfig};
+use nodeipam::flags::{Cli, Command, IpamFlags, OutputFormat, PlanArgs};
+use nodeipam_core::IpamConfig;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let code = match cli.command {
+        Some(Command::Plan(ref args)) => run_plan(args),
+        None => run_controller(&cli),
+    };
+    ExitCode::from(code)
+}
+
+fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+/// Prints `error: …` (one line) and returns the error's exit status.
+fn fail(error: &Error) -> u8 {
+    eprintln!("error: {error}");
+    error.exit_code().clamp(1, 255) as u8
+}
+
+fn validate(flags: &IpamFlags) -> Result<IpamConfig, Error> {
+    let config = flags.validate().map_err(Error::Config)?;
+    for cluster in &config.cluster_cidrs {
+        if cluster.host_bits_were_set {
+            tracing::warn!(
+                cluster_cidr = %cluster.cluster_cidr,
+                "--cluster-cidr entry has host bits set; using its network address {}",
+                cluster.cluster_cidr
+            );
+        }
+    }
+    Ok(config)
+}
+
+fn run_plan(args: &PlanArgs) -> u8 {
+    let config = match validate(&args.ipam) {
+        Ok(config) => config,
+        Err(e) => return fail(&e),
+    };
+    let text = if args.input == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map(|_| text)
+            .map_err(|source| Error::Read {
+                path: "-".to_owned(),
+                source,
+            })
+    } else {
+        std::fs::read_to_string(&args.input).map_err(|source| Error::Read {
+            path: args.input.clone(),
+            source,
+        })
+    };
+    let report = text
+        .and_then(|text| nodeipam::nodelist::parse_nodes(&text))
+        .and_then(|nodes| nodeipam::plan::plan(&config, &nodes));
+    let report = match report {
+        Ok(report) => report,
+        Err(e) => return fail(&e),
+    };
+    match args.output {
+        OutputFormat::Json => println!("{}", report.to_json()),
+        OutputFormat::Table => print!("{}", report.to_table()),
+    }
+    if report.all_served() { 0 } else { 1 }
+}
+
+fn run_controller(cli: &Cli) -> u8 {
+    let flags = &cli.controller;
+    let ipam = if cli.ipam.allocate_node_cidrs {
+        match validate(&cli.ipam) {
+            Ok(config) => Some(config),
+            Err(e) => return fail(&e),
+        }
+    } else {
+        None
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the tokio runtime: {e}");
+            return 1;
+        }
+    };
+    runtime.block_on(async move {
+        if let Some(address) = flags.metrics_bind_address.0
+            && let Err(e) = nodeipam::metrics::install_exporter(address)
+        {
+            return fail(&e);
+        }
+        let Some(ipam) = ipam else {
+            tracing::info!("--allocate-node-cidrs=false: not allocating; waiting for a signal");
+            shutdown_signal().await;
+            return 0;
+        };
+        let config = ControllerConfig::from_flags(ipam, flags);
+        if let Some(address) = flags.health_probe_bind_address.0 {
+            match tokio::net::TcpListener::bind(address).await {
+                Ok(listener) => {
+                    let health = config.health.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) =
+                            controller::serve_health(listener, health, std::future::pending()).await
+                        {
+                            tracing::error!(error = %e, "health probe server failed");
+                        }
+                    });
+                }
+                Err(e) => {
+                    return fail(&Error::Listen {
+                        address: address.to_string(),
+                        message: e.to_string(),
+                    });
+                }
+            }
+        }
+        let client = match controller::client_from_flags(flags).await {
+            Ok(client) => client,
+            Err(e) => return fail(&e),
+        };
+        match controller::run(config, client, shutdown_signal()).await {
+            Ok(summary) => {
+                for pool in &summary.pools {
+                    tracing::info!(
+                        cluster_cidr = %pool.cluster_cidr,
+                        capacity = pool.capacity,
+                        used = pool.used,
+                        free = pool.free,
+                        "stopped"
+                    );
+                }
+                0
+            }
+            Err(e) => {
+                tracing::error!(error = %e, kind = e.metric_label(), "controller stopped");
+                fail(&e)
+            }
+        }
+    })
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    tracing::info!("shutdown signal received; finishing in-flight work");
+}

@@ -1,0 +1,74 @@
+//! The shell's error type.
+
+use nodeipam_core::{AllocError, ConfigError};
+
+/// Everything that can stop the controller or `plan`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A node IPAM flag is invalid; the message names the flag.
+    #[error("{0}")]
+    Config(#[source] ConfigError),
+    /// The pool could not be built from a valid configuration (e.g. a service CIDR fills a
+    /// cluster CIDR).
+    #[error("--service-cluster-ip-range: {0}")]
+    Pool(#[source] AllocError),
+    /// The Kubernetes client could not be configured (kubeconfig, in-cluster, `--master`).
+    #[error("Kubernetes client configuration: {0}")]
+    ClientConfig(String),
+    /// A Kubernetes API request failed.
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// The leader-election Lease could not be managed.
+    #[error("leader election: {0}")]
+    LeaderElection(#[from] kube_lease_manager::LeaseManagerError),
+    /// This instance was the leader and lost the Lease (upstream exits then; so do we).
+    #[error("leader election: lost the Lease")]
+    LeadershipLost,
+    /// The `plan` input could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The path (`-` for stdin).
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The `plan` input is not a NodeList/List of Nodes/Node in JSON.
+    #[error("invalid NodeList: {0}")]
+    InvalidNodeList(String),
+    /// A listener (metrics, health) could not be started.
+    #[error("cannot listen on {address}: {message}")]
+    Listen {
+        /// The address.
+        address: String,
+        /// Why.
+        message: String,
+    },
+}
+
+impl Error {
+    /// A bounded, stable label for metrics (`error="…"`).
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Config(_) => "config",
+            Error::Pool(_) => "pool",
+            Error::ClientConfig(_) => "client_config",
+            Error::Kube(_) => "kube_api",
+            Error::LeaderElection(_) => "leader_election",
+            Error::LeadershipLost => "leadership_lost",
+            Error::Read { .. } => "read",
+            Error::InvalidNodeList(_) => "invalid_node_list",
+            Error::Listen { .. } => "listen",
+        }
+    }
+
+    /// The process exit status for this error: 2 for bad flags or input (kube-controller-manager
+    /// and `plan` convention), 1 otherwise.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Config(_) | Error::Pool(_) | Error::Read { .. } | Error::InvalidNodeList(_) => 2,
+            _ => 1,
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! Command-line flags: kube-controller-manager's names and defaults for the node IPAM controller
+//! (`--cluster-cidr`, `--node-cidr-mask-size*`, `--service-cluster-ip-range`, client and
+//! leader-election flags), plus the `plan` subcommand.
+//!
+//! Boolean flags take Go's `--flag` / `--flag=true|false` forms; durations take Go's duration
+//! text (`15s`, `1m30s`, `500ms`). Parse errors (clap's own) exit with status 2 and name the flag;
+//! the IPAM flags are then validated by [`nodeipam_core::config::validate`] (see
+//! [`IpamFlags::validate`]), whose errors also name the flag.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+use nodeipam_core::{ConfigError, IpamConfig, NodeMaskFlags};
+
+/// Upstream's only supported allocator type for this controller.
+pub const RANGE_ALLOCATOR: &str = "RangeAllocator";
+
+/// Default Lease name for leader election (`--leader-elect-resource-name`).
+pub const DEFAULT_LEASE_NAME: &str = "nodeipam-controller";
+
+/// `nodeipam-controller`: the Kubernetes node IPAM controller (range allocator).
+#[derive(Debug, Parser)]
+#[command(name = "nodeipam-controller", version, about, long_about = None)]
+pub struct Cli {
+    /// `plan` runs offline; without a subcommand the controller runs against the cluster.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Node IPAM flags.
+    #[command(flatten)]
+    pub ipam: IpamFlags,
+    /// Client, leader-election and serving flags.
+    #[command(flatten)]
+    pub controller: ControllerFlags,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Offline: read a NodeList (`kubectl get nodes -o json`) and show what the controller would
+    /// keep, assign or skip. Exit 0 if every Node is kept or assigned, 1 otherwise, 2 on bad flags
+    /// or input.
+    Plan(PlanArgs),
+}
+
+/// Flags of `plan`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// NodeList JSON file, or `-` for standard input.
+    #[arg(value_name = "NODELIST")]
+    pub input: String,
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+    /// Node IPAM flags (the same as the controller's).
+    #[command(flatten)]
+    pub ipam: IpamFlags,
+}
+
+/// `plan` output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// A human-readable table.
+    Table,
+    /// `{"nodes":[…],"pools":[…]}`.
+    Json,
+}
+
+/// kube-controller-manager's node IPAM flags.
+#[derive(Debug, Clone, Args)]
+pub struct IpamFlags {
+    /// CIDR range(s) for pods, comma-separated: one, or one IPv4 and one IPv6 (dual-stack).
+    #[arg(long, value_name = "CIDRS", default_value = "")]
+    pub cluster_cidr: String,
+    /// CIDR range(s) for Services, comma-separated (at most one per family); node blocks that
+    /// overlap them are never allocated.
+    #[arg(long, value_name = "CIDRS", default_value = "")]
+    pub service_cluster_ip_range: String,
+    /// Node CIDR mask size (bits) for a single-stack cluster (default 24 for IPv4, 64 for IPv6).
+    #[arg(long, value_name = "BITS")]
+    pub node_cidr_mask_size: Option<u8>,
+    /// Node CIDR mask size (bits) for the IPv4 cluster CIDR (default 24).
+    #[arg(long, value_name = "BITS")]
+    pub node_cidr_mask_size_ipv4: Option<u8>,
+    /// Node CIDR mask size (bits) for the IPv6 cluster CIDR (default 64).
+    #[arg(long, value_name = "BITS")]
+    pub node_cidr_mask_size_ipv6: Option<u8>,
+    /// Whether to allocate pod CIDRs to Nodes (kube-controller-manager defaults to false; this
+    /// controller exists to do it, so true).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub allocate_node_cidrs: bool,
+    /// CIDR allocator type; only `RangeAllocator` is implemented.
+    #[arg(long, value_name = "TYPE", default_value = RANGE_ALLOCATOR, value_parser = parse_allocator_type)]
+    pub cidr_allocator_type: String,
+}
+
+/// Client, leader-election and serving flags.
+#[derive(Debug, Clone, Args)]
+pub struct ControllerFlags {
+    /// Path to a kubeconfig file (default: in-cluster config, then `$KUBECONFIG`/`~/.kube/config`).
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The address of the Kubernetes API server (overrides the kubeconfig's server).
+    #[arg(long, value_name = "URL")]
+    pub master: Option<String>,
+    /// Write requests per second to the API server (client-side token bucket refill rate).
+    #[arg(long, value_name = "QPS", default_value_t = 20.0, value_parser = parse_qps)]
+    pub kube_api_qps: f64,
+    /// Burst of write requests allowed above `--kube-api-qps` (token bucket size).
+    #[arg(long, value_name = "N", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..))]
+    pub kube_api_burst: u32,
+    /// Acquire a `coordination.k8s.io/v1` Lease before allocating; only the holder allocates.
+    #[arg(long, value_name = "BOOL", default_value_t = false, action = ArgAction::Set,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub leader_elect: bool,
+    /// How long a non-leader waits after the last renewal before taking the Lease.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_go_duration)]
+    pub leader_elect_lease_duration: Duration,
+    /// How long the leader keeps trying to renew before giving up leadership (must be shorter than
+    /// the lease duration; the Lease is renewed `lease − renew` before it expires).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_go_duration)]
+    pub leader_elect_renew_deadline: Duration,
+    /// Wait between attempts to acquire or renew the Lease (accepted for compatibility;
+    /// kube-lease-manager uses its own backoff between conflicts).
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_go_duration)]
+    pub leader_elect_retry_period: Duration,
+    /// Namespace of the leader-election Lease.
+    #[arg(long, value_name = "NAMESPACE", default_value = "kube-system")]
+    pub leader_elect_resource_namespace: String,
+    /// Name of the leader-election Lease.
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_LEASE_NAME)]
+    pub leader_elect_resource_name: String,
+    /// Address for Prometheus metrics (`/metrics`); `0` disables.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080", value_parser = parse_bind_address)]
+    pub metrics_bind_address: BindAddress,
+    /// Address for `/healthz` and `/readyz`; `0` disables.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8081", value_parser = parse_bind_address)]
+    pub health_probe_bind_address: BindAddress,
+}
+
+impl IpamFlags {
+    /// Validates the cluster/service CIDRs and mask sizes with kube-controller-manager's rules.
+    ///
+    /// # Errors
+    /// The [`ConfigError`] of [`nodeipam_core::config::validate`]; its `Display` is one line that
+    /// names the flag and the fix.
+    pub fn validate(&self) -> Result<IpamConfig, ConfigError> {
+        nodeipam_core::config::validate(
+            &self.cluster_cidr,
+            &self.service_cluster_ip_range,
+            NodeMaskFlags {
+                node_cidr_mask_size: self.node_cidr_mask_size,
+                node_cidr_mask_size_ipv4: self.node_cidr_mask_size_ipv4,
+                node_cidr_mask_size_ipv6: self.node_cidr_mask_size_ipv6,
+            },
+        )
+    }
+}
+
+fn parse_allocator_type(text: &str) -> Result<String, String> {
+    if text == RANGE_ALLOCATOR {
+        Ok(text.to_owned())
+    } else {
+        Err(format!("only {RANGE_ALLOCATOR} is supported"))
+    }
+}
+
+fn parse_qps(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(qps) if qps.is_finite() && qps > 0.0 => Ok(qps),
+        _ => Err("must be a number greater than 0".to_owned()),
+    }
+}
+
+/// A listen address, or `None` when disabled with `0` (controller-runtime's convention).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BindAddress(pub Option<SocketAddr>);
+
+/// Parses a listen address (`HOST:PORT`, Go's `:PORT`); `0` disables the server.
+fn parse_bind_address(text: &str) -> Result<BindAddress, String> {
+    if text == "0" {
+        return Ok(BindAddress(None));
+    }
+    // Go's `:8080` form means every address.
+    let full = if text.starts_with(':') {
+        format!("0.0.0.0{text}")
+    } else {
+        text.to_owned()
+    };
+    full.parse::<SocketAddr>()
+        .map(|a| BindAddress(Some(a)))
+        .map_err(|_| "expected HOST:PORT (e.g. 0.0.0.0:8080, :8080) or 0 to disable".to_owned())
+}
+
+/// Parses Go's `time.ParseDuration` text, restricted to non-negative values: a sequence of
+/// decimal numbers each with a unit `h`, `m`, `s`, `ms`, `us`/`µs`, `ns` (`1m30s`, `1.5s`), or `0`.
+///
+/// # Errors
+/// A message saying what is expected.
+pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
+    const EXPECTED: &str = "expected a duration such as 15s, 1m30s or 500ms";
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut rest = text;
+    let mut total = 0f64;
+    if rest.is_empty() {
+        return Err(EXPECTED.to_owned());
+    }
+    while !rest.is_empty() {
+        let number_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(|| EXPECTED.to_owned())?;
+        let (number, tail) = rest.split_at(number_end);
+        let value: f64 = number.parse().map_err(|_| EXPECTED.to_owned())?;
+        let unit_end = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_end);
+        let seconds = match unit {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" => 1e-6,
+            "ns" => 1e-9,
+            _ => return Err(EXPECTED.to_owned()),
+        };
+        total += value * seconds;
+        rest = tail;
+    }
+    Duration::try_from_secs_f64(total).map_err(|_| EXPECTED.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations() {
+        let cases = [
+            ("15s", Some(Duration::from_secs(15))),
+            ("1m30s", Some(Duration::from_secs(90))),
+            ("500ms", Some(Duration::from_millis(500))),
+            ("1.5s", Some(Duration::from_millis(1500))),
+            ("0", Some(Duration::ZERO)),
+            ("2h", Some(Duration::from_secs(7200))),
+            ("", None),
+            ("15", None),
+            ("s", None),
+            ("15x", None),
+            ("-1s", None),
+        ];
+        for (text, want) in cases {
+            assert_eq!(parse_go_duration(text).ok(), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn defaults_match_kube_controller_manager() {
+        let cli = Cli::try_parse_from(["nodeipam-controller", "--cluster-cidr=10.244.0.0/16"])
+            .expect("parses");
+        assert!(cli.ipam.allocate_node_cidrs);
+        assert_eq!(cli.ipam.cidr_allocator_type, RANGE_ALLOCATOR);
+        assert_eq!(cli.controller.kube_api_qps, 20.0);
+        assert_eq!(cli.controller.kube_api_burst, 30);
+        assert!(!cli.controller.leader_elect);
+        assert_eq!(
+            cli.controller.leader_elect_lease_duration,
+            Duration::from_secs(15)
+        );
+        assert_eq!(
+            cli.controller.leader_elect_renew_deadline,
+            Duration::from_secs(10)
+        );
+        assert_eq!(
+            cli.controller.leader_elect_retry_period,
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            cli.controller.leader_elect_resource_namespace,
+            "kube-system"
+        );
+        assert_eq!(
+            cli.controller.leader_elect_resource_name,
+            DEFAULT_LEASE_NAME
+        );
+    }
+
+    #[test]
+    fn go_style_booleans() {
+        let cli = Cli::try_parse_from([
+            "nodeipam-controller",
+            "--allocate-node-cidrs=false",
+            "--leader-elect",
+        ])
+        .expect("parses");
+        assert!(!cli.ipam.allocate_node_cidrs);
+        assert!(cli.controller.leader_elect);
+    }
+
+    #[test]
+    fn bad_flags_are_rejected() {
+        for args in [
+            vec!["--cidr-allocator-type=CloudAllocator"],
+            vec!["--kube-api-qps=0"],
+            vec!["--kube-api-burst=0"],
+            vec!["--node-cidr-mask-size=300"],
+            vec!["--leader-elect-lease-duration=soon"],
+            vec!["--metrics-bind-address=nowhere"],
+        ] {
+            let argv = std::iter::once("nodeipam-controller").chain(args.iter().copied());
+            assert!(Cli::try_parse_from(argv).is_err(), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn bind_addresses() {
+        assert_eq!(parse_bind_address("0"), Ok(BindAddress(None)));
+        assert_eq!(
+            parse_bind_address(":9090"),
+            Ok(BindAddress(Some(SocketAddr::from(([0, 0, 0, 0], 9090)))))
+        );
+    }
+
+    #[test]
+    fn config_errors_name_the_flag() {
+        let cli = Cli::try_parse_from([
+            "nodeipam-controller",
+            "--cluster-cidr=10.244.0.0/16,10.245.0.0/16",
+        ])
+        .expect("parses");
+        let err = cli.ipam.validate().expect_err("two IPv4 cluster CIDRs");
+        assert!(err.to_string().contains("--cluster-cidr"), "{err}");
+    }
+}

@@ -1,0 +1,18 @@
+//! `nodeipam`: the Kubernetes node IPAM controller (range allocator) around `nodeipam-core`.
+//!
+//! - [`flags`]: kube-controller-manager's flags (clap);
+//! - [`reconcile`]: the pure decision logic (which patch, event, metric for a Node);
+//! - [`plan`]: the offline `plan` subcommand;
+//! - [`controller`]: the tokio/kube-rs runner, [`controller::run`].
+
+pub mod controller;
+pub mod error;
+pub mod flags;
+pub mod metric_names;
+pub mod metrics;
+pub mod nodelist;
+pub mod plan;
+pub mod reasons;
+pub mod reconcile;
+
+pub use error::Error;

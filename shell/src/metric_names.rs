@@ -1,0 +1,41 @@
+//! Metric names (Prometheus), label names and histogram buckets. The `cidrset` names and the
+//! `clusterCIDR` label are kube-controller-manager's (`pkg/controller/nodeipam/ipam/cidrset/metrics.go`),
+//! including its `cirdset` misspelling, so existing dashboards keep working.
+
+/// Counter: blocks allocated by `allocate` (not by occupying existing podCIDRs), per cluster CIDR.
+pub const CIDRSET_ALLOCATIONS_TOTAL: &str = "node_ipam_controller_cidrset_cidrs_allocations_total";
+/// Counter: blocks released, per cluster CIDR.
+pub const CIDRSET_RELEASES_TOTAL: &str = "node_ipam_controller_cidrset_cidrs_releases_total";
+/// Gauge (0–1): allocated blocks / total blocks, per cluster CIDR.
+pub const CIDRSET_USAGE_CIDRS: &str = "node_ipam_controller_cidrset_usage_cidrs";
+/// Histogram: used blocks skipped per allocation (upstream counts tries), per cluster CIDR.
+pub const CIDRSET_ALLOCATION_TRIES_PER_REQUEST: &str =
+    "node_ipam_controller_cidrset_allocation_tries_per_request";
+/// Gauge: total blocks, per cluster CIDR (upstream's spelling, sic).
+pub const CIDRSET_MAX_CIDRS: &str = "node_ipam_controller_cirdset_max_cidrs";
+/// Gauge (0–1): saturation of the write token bucket (1 − remaining burst / burst). Upstream
+/// registers it and never sets it.
+pub const RATE_LIMITER_USE: &str = "node_ipam_controller_rate_limiter_use";
+/// Gauge: Node names waiting in the work queue.
+pub const WORKQUEUE_DEPTH: &str = "node_ipam_controller_workqueue_depth";
+/// Counter: reconciles re-queued with backoff (exhausted pool, failed patch, API error).
+pub const WORKQUEUE_RETRIES_TOTAL: &str = "node_ipam_controller_workqueue_retries_total";
+/// Counter: Nodes skipped because their podCIDRs could not be occupied, by `reason`.
+pub const SKIPPED_NODES_TOTAL: &str = "node_ipam_controller_skipped_nodes_total";
+/// Gauge: Nodes currently skipped (their podCIDRs could not be occupied).
+pub const SKIPPED_NODES: &str = "node_ipam_controller_skipped_nodes";
+/// Counter: allocation attempts that found a cluster CIDR exhausted, per cluster CIDR.
+pub const CIDRSET_EXHAUSTED_TOTAL: &str = "node_ipam_controller_cidrset_exhausted_total";
+/// Counter: failed PATCHes of `spec.podCIDR(s)`, by `error` (an [`crate::Error::metric_label`]
+/// or an HTTP status class).
+pub const PATCH_FAILURES_TOTAL: &str = "node_ipam_controller_patch_failures_total";
+
+/// Label: the cluster CIDR, canonical text (`10.244.0.0/16`).
+pub const LABEL_CLUSTER_CIDR: &str = "clusterCIDR";
+/// Label: why a Node was skipped (`invalid`, `out_of_range`, `conflict`).
+pub const LABEL_REASON: &str = "reason";
+/// Label: a bounded error kind.
+pub const LABEL_ERROR: &str = "error";
+
+/// Buckets of [`CIDRSET_ALLOCATION_TRIES_PER_REQUEST`] (upstream's exponential 1×5^n, n < 5).
+pub const ALLOCATION_TRIES_BUCKETS: [f64; 5] = [1.0, 5.0, 25.0, 125.0, 625.0];

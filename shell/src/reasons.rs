@@ -1,0 +1,23 @@
+//! Event reasons (`events.k8s.io/v1` `reason`, PascalCase) and actions. Upstream's range allocator
+//! uses `CIDRNotAvailable` and `CIDRAssignmentFailed`; the others are ours, for Nodes that
+//! upstream would crash-loop on.
+
+/// No free pod CIDR in a cluster CIDR (upstream's reason for an allocation failure).
+pub const CIDR_NOT_AVAILABLE: &str = "CIDRNotAvailable";
+/// Writing `spec.podCIDR(s)` to the Node failed (upstream's reason).
+pub const CIDR_ASSIGNMENT_FAILED: &str = "CIDRAssignmentFailed";
+/// The Node's podCIDRs are malformed: unparsable, more than two, the same family twice, or
+/// `podCIDR` differs from `podCIDRs[0]`. The Node is skipped.
+pub const POD_CIDR_INVALID: &str = "PodCIDRInvalid";
+/// The Node's podCIDRs lie outside every cluster CIDR, or are of a family the configuration does
+/// not have. The Node is skipped; whatever part overlaps a cluster CIDR stays reserved.
+pub const POD_CIDR_OUT_OF_RANGE: &str = "PodCIDROutOfRange";
+/// The Node's podCIDRs overlap another Node's. The Node is skipped; its range stays reserved.
+pub const POD_CIDR_CONFLICT: &str = "PodCIDRConflict";
+
+/// Action: allocating a pod CIDR for the Node.
+pub const ACTION_ALLOCATE: &str = "AllocatePodCIDR";
+/// Action: recording (occupying) the Node's existing pod CIDRs.
+pub const ACTION_OCCUPY: &str = "OccupyPodCIDR";
+/// Action: writing `spec.podCIDR(s)`.
+pub const ACTION_PATCH: &str = "PatchNode";

@@ -1,0 +1,44 @@
+//! `run(config, client, shutdown)` driven in-process, without an API server.
+
+use std::time::Duration;
+
+use nodeipam::Error;
+use nodeipam::controller::{ControllerConfig, client_for_url, run};
+use nodeipam_core::NodeMaskFlags;
+
+fn config(cluster: &str, service: &str) -> ControllerConfig {
+    let ipam = nodeipam_core::config::validate(cluster, service, NodeMaskFlags::default())
+        .expect("valid flags");
+    ControllerConfig::new(ipam)
+}
+
+#[tokio::test]
+async fn service_cidr_filling_the_cluster_cidr_fails_before_any_request() {
+    let client = client_for_url("http://127.0.0.1:1").expect("client");
+    let result = run(config("10.0.0.0/24", "10.0.0.0/16"), client, async {}).await;
+    assert!(matches!(result, Err(Error::Pool(_))), "{result:?}");
+}
+
+#[tokio::test]
+async fn unreachable_api_server_is_not_ready_and_stops_cleanly() {
+    let client = client_for_url("http://127.0.0.1:1").expect("client");
+    let config = config("10.244.0.0/16", "");
+    let health = config.health.clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(run(config, client, async move {
+        let _ = stopped.await;
+    }));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!health.is_ready(), "no initial list yet");
+    assert!(health.is_leading());
+    let _ = stop.send(());
+    let summary = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("stops within 10 s")
+        .expect("joined")
+        .expect("clean stop");
+    assert_eq!(summary.pools.len(), 1);
+    assert_eq!(summary.pools[0].used, 0);
+    assert!(summary.held.is_empty());
+    assert!(!health.is_ready());
+}
