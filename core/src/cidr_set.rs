@@ -329,6 +329,25 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> CidrSet<S> {
         Ok(changed)
     }
 
+    /// Marks blocks `first..=last` (block indices) free and returns how many were allocated
+    /// before — for callers that track which blocks other holders still cover and release only
+    /// the rest. The cursor does not move.
+    ///
+    /// # Errors
+    /// [`AllocError::BlockIndexOutOfRange`] if `first > last` or `last ≥ block_count` (reported
+    /// for `last`, or for `first` when it exceeds `last`); nothing changes.
+    pub fn release_blocks(&mut self, first: u32, last: u32) -> Result<u32, AllocError> {
+        if last >= self.block_count || first > last {
+            return Err(AllocError::BlockIndexOutOfRange {
+                block_index: if first > last { first } else { last },
+                block_count: self.block_count,
+            });
+        }
+        let changed = self.set_range(first, last, true);
+        self.allocated_count -= changed.min(self.allocated_count);
+        Ok(changed)
+    }
+
     /// Whether block `block_index` is allocated.
     ///
     /// # Errors
@@ -768,6 +787,19 @@ mod tests {
         assert_eq!(big.occupy(cidr("10.128.0.0/9")).unwrap(), 1 << 23);
         assert_eq!(big.allocate_next().unwrap().cidr, cidr("10.0.0.0/32"));
         assert_eq!(big.free_count(), (1 << 23) - 1);
+    }
+
+    #[test]
+    fn release_blocks_by_index() {
+        let mut s = set("10.0.0.0/16", 24);
+        s.occupy(cidr("10.0.0.0/20")).unwrap(); // blocks 0..=15
+        assert_eq!(s.release_blocks(3, 9).unwrap(), 7);
+        assert_eq!(s.release_blocks(3, 9).unwrap(), 0);
+        assert_eq!(s.allocated_count(), 9);
+        assert!(s.is_allocated(2).unwrap() && !s.is_allocated(3).unwrap());
+        assert!(s.release_blocks(9, 3).is_err());
+        assert!(s.release_blocks(0, 256).is_err());
+        assert_eq!(s.allocated_count(), 9);
     }
 
     #[test]

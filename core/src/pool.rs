@@ -168,6 +168,23 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> Pool<S> {
             .release(cidr)
     }
 
+    /// Releases blocks `first..=last` (block indices) of the set of `family`; see
+    /// [`CidrSet::release_blocks`]. Returns blocks newly freed.
+    ///
+    /// # Errors
+    /// [`AllocError::BlockIndexOutOfRange`] for a bad range; `Ok(0)` if no set has `family`.
+    pub fn release_blocks(
+        &mut self,
+        family: Family,
+        first: u32,
+        last: u32,
+    ) -> Result<u32, AllocError> {
+        match self.set_for_mut(family) {
+            Some(set) => set.release_blocks(first, last),
+            None => Ok(0),
+        }
+    }
+
     /// Reserves the part of each cluster CIDR that a service CIDR overlaps, so no node gets a block
     /// holding service IPs (kube-controller-manager does this with `--service-cluster-ip-range`).
     /// A service CIDR of a family with no set, or overlapping nothing, reserves nothing: `Ok(0)`.

@@ -652,7 +652,6 @@ impl Allocator {
                 continue;
             };
             let cluster_cidr = set.cluster_cidr();
-            let node_mask_size = set.node_mask_size();
             let mut covered: Vec<(u32, u32)> = self
                 .nodes
                 .values()
@@ -679,17 +678,12 @@ impl Allocator {
             if next <= end && next >= begin {
                 runs.push((next, end));
             }
-            let run_cidrs: Vec<Cidr> = runs
-                .into_iter()
-                .flat_map(|(b, e)| aligned_runs(b, e))
-                .filter_map(|(first_block, log_len)| {
-                    let first = set.block_cidr(first_block).ok()?;
-                    Cidr::new_masked(first.network(), node_mask_size.saturating_sub(log_len)).ok()
-                })
-                .collect();
             let mut blocks = 0;
-            for run_cidr in run_cidrs {
-                blocks += self.pool.release(run_cidr).unwrap_or(0);
+            for (first, last) in runs {
+                blocks += self
+                    .pool
+                    .release_blocks(cidr.family(), first, last)
+                    .unwrap_or(0);
             }
             if blocks > 0 {
                 metrics.push(MetricEvent::Released {
@@ -707,27 +701,6 @@ struct SkipReport {
     kind: SkipKind,
     reason: String,
     reservable: Vec<Cidr>,
-}
-
-/// Splits the inclusive block range `[begin, end]` into aligned power-of-two runs
-/// `(first_block, log2(run length))`, largest first from the left, so each run is one CIDR.
-fn aligned_runs(begin: u32, end: u32) -> Vec<(u32, u8)> {
-    let mut out = Vec::new();
-    let mut at = u64::from(begin);
-    let stop = u64::from(end) + 1;
-    while at < stop {
-        let mut log = if at == 0 {
-            32
-        } else {
-            at.trailing_zeros().min(32)
-        };
-        while log > 0 && at + (1u64 << log) > stop {
-            log -= 1;
-        }
-        out.push((at as u32, log as u8));
-        at += 1u64 << log;
-    }
-    out
 }
 
 #[cfg(test)]

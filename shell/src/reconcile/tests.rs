@@ -419,14 +419,6 @@ fn fixture_20_gke_podcidr_only_is_kept() {
 }
 
 #[test]
-fn aligned_runs_cover_exactly() {
-    assert_eq!(aligned_runs(0, 0), vec![(0, 0)]);
-    assert_eq!(aligned_runs(0, 3), vec![(0, 2)]);
-    assert_eq!(aligned_runs(1, 6), vec![(1, 0), (2, 1), (4, 1), (6, 0)]);
-    assert_eq!(aligned_runs(0, u32::MAX), vec![(0, 32)]);
-}
-
-#[test]
 fn stale_view_of_a_patched_node_changes_nothing() {
     let mut a = allocator("10.244.0.0/16");
     a.decide(&node("n1", &[]));
