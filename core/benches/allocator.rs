@@ -39,6 +39,44 @@ fn select(n: u32, k: usize, seed: u64) -> Vec<u32> {
 
 type Set = CidrSet<Vec<u64>>;
 
+/// Baseline: upstream's algorithm (kube-controller-manager `CidrSet.AllocateNext`): test one bit
+/// at a time from the cursor, wrapping. Here on a flat `Vec<u64>` (upstream uses `big.Int.Bit`,
+/// which is slower still), so the comparison isolates the search strategy.
+#[derive(Clone)]
+struct LinearScan {
+    used: Vec<u64>,
+    block_count: u32,
+    next_candidate: u32,
+}
+
+impl LinearScan {
+    fn full(block_count: u32) -> LinearScan {
+        LinearScan {
+            used: vec![u64::MAX; block_count.div_ceil(64) as usize],
+            block_count,
+            next_candidate: 0,
+        }
+    }
+
+    fn allocate_next(&mut self) -> Option<u32> {
+        let mut candidate = self.next_candidate;
+        for _ in 0..self.block_count {
+            let (word, bit) = ((candidate / 64) as usize, candidate % 64);
+            if self.used[word] >> bit & 1 == 0 {
+                self.used[word] |= 1 << bit;
+                self.next_candidate = (candidate + 1) % self.block_count;
+                return Some(candidate);
+            }
+            candidate = (candidate + 1) % self.block_count;
+        }
+        None
+    }
+
+    fn release(&mut self, block_index: u32) {
+        self.used[(block_index / 64) as usize] &= !(1 << (block_index % 64));
+    }
+}
+
 fn new_set(cluster: &str, mask: u8) -> Set {
     let cidr: Cidr = cluster.parse().expect("bench CIDR");
     CidrSet::new(
@@ -114,6 +152,21 @@ fn bench(c: &mut Criterion) {
                 for cidr in &churn {
                     black_box(set.release(*cidr).ok());
                     black_box(set.allocate_next().ok());
+                }
+            },
+            BatchSize::LargeInput,
+        )
+    });
+
+    // W2b baseline: the same churn with upstream's bit-by-bit scan.
+    let churn_indices = select(65_536, 10_000, 2);
+    group.bench_function("W2b_churn_10000_pairs_upstream_linear_scan", |b| {
+        b.iter_batched_ref(
+            || LinearScan::full(65_536),
+            |set| {
+                for &index in &churn_indices {
+                    set.release(index);
+                    black_box(set.allocate_next());
                 }
             },
             BatchSize::LargeInput,
