@@ -1,0 +1,267 @@
+//! Shared helpers of the end-to-end tests: run the real controller (`nodeipam::controller::run`)
+//! in-process against a sandbox, stop it, and turn its summary into the invariant checker's view.
+#![allow(clippy::unwrap_used, dead_code)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use nodeipam::controller::{ControllerConfig, Health, RunSummary, run};
+use nodeipam_core::{IpamConfig, NodeMaskFlags};
+use nodeipam_tests::invariants::{ClusterSpec, ControllerView, Report, assert_invariants};
+use nodeipam_tests::sandbox::{Resource, SandboxHandle, Verb};
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// Upper bound of every wait (generous: 2 shared cores, debug build).
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// `RUST_LOG=nodeipam=debug cargo test … -- --nocapture` shows the controller's logs.
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off")),
+        )
+        .with_test_writer()
+        .try_init();
+}
+
+/// Validated IPAM config, as the binary builds it from its flags.
+pub fn ipam(cluster: &str, service: &str, masks: NodeMaskFlags) -> IpamConfig {
+    nodeipam_core::config::validate(cluster, service, masks)
+        .unwrap_or_else(|e| panic!("config {cluster} / {service}: {e}"))
+}
+
+/// Mask flags: `(--node-cidr-mask-size, -ipv4, -ipv6)`.
+pub fn masks(single: Option<u8>, v4: Option<u8>, v6: Option<u8>) -> NodeMaskFlags {
+    NodeMaskFlags {
+        node_cidr_mask_size: single,
+        node_cidr_mask_size_ipv4: v4,
+        node_cidr_mask_size_ipv6: v6,
+    }
+}
+
+/// The checker's view of the configuration (from the validated config, texts re-parsed by
+/// `ipnet`).
+pub fn spec_of(ipam: &IpamConfig) -> ClusterSpec {
+    let clusters: Vec<(String, u8)> = ipam
+        .cluster_cidrs
+        .iter()
+        .map(|c| (c.cluster_cidr.to_string(), c.node_mask_size))
+        .collect();
+    let services: Vec<String> = ipam.service_cidrs.iter().map(ToString::to_string).collect();
+    let clusters_ref: Vec<(&str, u8)> = clusters.iter().map(|(c, m)| (c.as_str(), *m)).collect();
+    let services_ref: Vec<&str> = services.iter().map(String::as_str).collect();
+    ClusterSpec::new(&clusters_ref, &services_ref)
+}
+
+/// A config for tests: fast retries (20 ms → 500 ms), 2 s request timeout, 1000 qps / burst 1000
+/// (so the token bucket never paces a test unless it asks to).
+pub fn fast_config(ipam: IpamConfig) -> ControllerConfig {
+    let mut config = ControllerConfig::new(ipam);
+    config.kube_api_qps = 1000.0;
+    config.kube_api_burst = 1000;
+    config.retry_min_delay = Duration::from_millis(20);
+    config.retry_max_delay = Duration::from_millis(500);
+    config.request_timeout = Duration::from_secs(2);
+    config
+}
+
+/// A controller running in-process.
+pub struct Running {
+    /// Its readiness / pool view.
+    pub health: Health,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<Result<RunSummary, nodeipam::Error>>,
+}
+
+/// Starts `run(config, client, shutdown)` on the sandbox.
+pub fn spawn(sb: &SandboxHandle, config: ControllerConfig) -> Running {
+    let health = config.health.clone();
+    let client = sb.client();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(run(config, client, async move {
+        let _ = stopped.await;
+    }));
+    Running { health, stop, task }
+}
+
+impl Running {
+    /// Waits (bounded) until the start-up occupy is done and it allocates.
+    pub async fn wait_allocating(&self, sb: &SandboxHandle) {
+        let health = self.health.clone();
+        assert!(
+            sb.wait_until(WAIT, |_| health.is_ready() && health.is_leading())
+                .await,
+            "controller did not become ready within {WAIT:?}"
+        );
+    }
+
+    /// Whether the task ended (it should not before it is stopped).
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Signals shutdown and returns the final summary (bounded).
+    pub async fn stop(self) -> RunSummary {
+        let _ = self.stop.send(());
+        match tokio::time::timeout(WAIT, self.task).await {
+            Ok(Ok(Ok(summary))) => summary,
+            Ok(Ok(Err(e))) => panic!("controller returned an error: {e}"),
+            Ok(Err(e)) => panic!("controller task panicked: {e}"),
+            Err(_) => panic!("controller did not stop within {WAIT:?} of the shutdown signal"),
+        }
+    }
+}
+
+/// The checker's view of a run summary.
+pub fn view(summary: &RunSummary) -> ControllerView {
+    ControllerView {
+        used: summary
+            .pools
+            .iter()
+            .map(|p| (p.cluster_cidr.to_string(), u64::from(p.used)))
+            .collect(),
+        held: summary
+            .held
+            .iter()
+            .map(|(n, c)| (n.clone(), c.iter().map(ToString::to_string).collect()))
+            .collect(),
+    }
+}
+
+/// Ends a test: the DESIGN.md §3 invariants over the sandbox's Nodes and the controller's summary.
+pub fn check_end_state(
+    sb: &SandboxHandle,
+    ipam: &IpamConfig,
+    unservable: &[&str],
+    summary: &RunSummary,
+) -> Report {
+    assert_invariants(
+        &sb.nodes(),
+        &spec_of(ipam),
+        unservable,
+        Some(&view(summary)),
+    )
+}
+
+/// Pool usage as the controller reports it (after its last reconcile), per cluster CIDR.
+pub fn used(health: &Health) -> Vec<u32> {
+    health.pools().iter().map(|p| p.used).collect()
+}
+
+/// Names of Nodes without podCIDRs.
+pub fn unserved(sb: &SandboxHandle) -> Vec<String> {
+    sb.nodes()
+        .iter()
+        .filter(|n| nodeipam_tests::invariants::pod_cidrs_of(n).is_empty())
+        .map(nodeipam_tests::invariants::name_of)
+        .collect()
+}
+
+/// podCIDRs of a Node (empty if none or gone).
+pub fn pod_cidrs(sb: &SandboxHandle, name: &str) -> Vec<String> {
+    sb.node(name)
+        .map(|n| nodeipam_tests::invariants::pod_cidrs_of(&n))
+        .unwrap_or_default()
+}
+
+/// `events.k8s.io/v1` events with this reason: `(regarding Node name, type, note)`.
+pub fn events_with_reason(sb: &SandboxHandle, reason: &str) -> Vec<(String, String, String)> {
+    sb.events()
+        .iter()
+        .filter(|e| e["reason"].as_str() == Some(reason))
+        .map(|e| {
+            (
+                e["regarding"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                e["type"].as_str().unwrap_or_default().to_owned(),
+                e["note"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Node PATCH requests per Node name: `(status, body)` in order.
+pub fn node_patches(sb: &SandboxHandle) -> BTreeMap<String, Vec<(u16, Option<Value>)>> {
+    let mut out: BTreeMap<String, Vec<(u16, Option<Value>)>> = BTreeMap::new();
+    for r in sb.requests_of(Verb::Patch, Resource::Nodes) {
+        out.entry(r.name.clone().unwrap_or_default())
+            .or_default()
+            .push((r.status, r.body.clone()));
+    }
+    out
+}
+
+/// Asserts that no CIDR was ever written to two different Nodes by a successful PATCH, and
+/// that no Node got two successful PATCHes (for runs without deletions, where a block may
+/// legitimately be handed out again). Returns the number of successful PATCHes.
+pub fn assert_no_cidr_handed_out_twice(sb: &SandboxHandle) -> usize {
+    let mut owner: BTreeMap<String, String> = BTreeMap::new();
+    let mut count = 0;
+    for (name, patches) in node_patches(sb) {
+        let ok: Vec<_> = patches.iter().filter(|(s, _)| *s == 200).collect();
+        assert!(
+            ok.len() <= 1,
+            "Node {name} was patched successfully {} times: {ok:?}",
+            ok.len()
+        );
+        for (_, body) in ok {
+            count += 1;
+            let cidrs = body
+                .as_ref()
+                .and_then(|b| b["spec"]["podCIDRs"].as_array().cloned())
+                .unwrap_or_default();
+            for c in cidrs {
+                let c = c.as_str().unwrap_or_default().to_owned();
+                if let Some(prev) = owner.insert(c.clone(), name.clone()) {
+                    panic!("{c} was handed out to {prev} and to {name}");
+                }
+            }
+        }
+    }
+    count
+}
+
+/// A new Node derived from a real fixture Node: renamed, no podCIDRs, no server-set metadata.
+pub fn node_like(template: &Value, name: &str) -> Value {
+    let mut node = template.clone();
+    let meta = node["metadata"].as_object_mut().unwrap();
+    for key in [
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+        "managedFields",
+        "generation",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "selfLink",
+    ] {
+        meta.remove(key);
+    }
+    meta.insert("name".to_owned(), Value::String(name.to_owned()));
+    if let Some(labels) = meta.get_mut("labels").and_then(Value::as_object_mut)
+        && labels.contains_key("kubernetes.io/hostname")
+    {
+        labels.insert(
+            "kubernetes.io/hostname".to_owned(),
+            Value::String(name.to_owned()),
+        );
+    }
+    if let Some(spec) = node["spec"].as_object_mut() {
+        spec.remove("podCIDR");
+        spec.remove("podCIDRs");
+        spec.remove("providerID");
+    }
+    node["apiVersion"] = Value::String("v1".to_owned());
+    node["kind"] = Value::String("Node".to_owned());
+    node
+}
+
+/// The first Node of a fixture.
+pub fn template_node(file: &str) -> Value {
+    nodeipam_tests::sandbox::fixture(file)["items"][0].clone()
+}

@@ -1,0 +1,241 @@
+//! API faults: 500s, a 429, a timeout without the write, a timeout and a 500 *after* the write
+//! landed, a failed re-read, failed LISTs at start-up, a dropped watch and a compaction (`410`).
+//! The controller recovers every time and never hands a block out twice; each test ends with the
+//! DESIGN.md §3 invariant check.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{
+    WAIT, assert_no_cidr_handed_out_twice, check_end_state, events_with_reason, fast_config,
+    init_tracing, ipam, masks, node_like, node_patches, pod_cidrs, spawn, template_node, unserved,
+    used,
+};
+use nodeipam::reasons;
+use nodeipam_tests::sandbox::{FaultAction, FaultRule, Resource, Sandbox, Verb, fixture};
+
+const AWS: &str = "05-aws-4nodes-no-podcidr.json";
+const A: &str = "ip-10-1-1-15.eu-central-1.compute.internal";
+const B: &str = "ip-10-1-1-34.eu-central-1.compute.internal";
+const C: &str = "ip-10-1-1-41.eu-central-1.compute.internal";
+const D: &str = "ip-10-1-1-42.eu-central-1.compute.internal";
+const E: &str = "extra-e";
+
+/// A pool of exactly 8 blocks (10.10.0.0/21 in /24s) so a block wrongly released after a
+/// committed-but-failed PATCH would be handed out again (and show up as an overlap) or be
+/// missing from the count.
+///
+/// - A: PATCH → 500, 500 (definite: re-read shows nothing) → `CIDRAssignmentFailed`, retried;
+/// - B: PATCH hangs past the 1 s request timeout, not committed → re-read → retried;
+/// - C: PATCH committed, answer hangs past the timeout → re-read finds the CIDR → kept, no retry;
+/// - D: PATCH committed, answered 500 → re-read finds the CIDR → kept, no retry;
+/// - E: PATCH → 429 (Retry-After 1), then the re-read GET → 500 → reservation kept, the same
+///   CIDR re-sent.
+///
+/// Then 4 more Nodes: 3 fit, the 4th must wait (the pool is full, nothing leaked).
+#[tokio::test]
+async fn patch_failures_timeouts_and_committed_errors() {
+    init_tracing();
+    let sb = Sandbox::start(fixture(AWS)).await;
+    let template = template_node(AWS);
+    sb.create_node(node_like(&template, E)).unwrap();
+    let patch = |name: &str, times, action| {
+        sb.inject(FaultRule::new(Verb::Patch, Resource::Nodes, times, action).named(name));
+    };
+    patch(A, 2, FaultAction::Status(500));
+    patch(B, 1, FaultAction::Hang(Duration::from_secs(3)));
+    patch(C, 1, FaultAction::CommitThenHang(Duration::from_secs(3)));
+    patch(D, 1, FaultAction::CommitThenStatus(500));
+    patch(
+        E,
+        1,
+        FaultAction::TooManyRequests {
+            retry_after_secs: 1,
+        },
+    );
+    sb.inject(FaultRule::new(Verb::Get, Resource::Nodes, 1, FaultAction::Status(500)).named(E));
+
+    let ipam = ipam("10.10.0.0/21", "", masks(None, None, None));
+    let mut config = fast_config(ipam.clone());
+    config.request_timeout = Duration::from_secs(1);
+    let controller = spawn(&sb, config);
+    controller.wait_allocating(&sb).await;
+    assert!(
+        sb.wait_until(WAIT, |sb| unserved(sb).is_empty()
+            && sb.pending_faults().is_empty())
+            .await,
+        "unserved {:?}, faults left {:?}",
+        unserved(&sb),
+        sb.pending_faults()
+    );
+    assert!(
+        sb.wait_until(WAIT, |_| used(&controller.health) == [5])
+            .await
+    );
+
+    let patches = node_patches(&sb);
+    // A request whose client gave up mid-hang is not in the sandbox's log (its handler is
+    // cancelled before it logs), so hung PATCHes are absent or 504 here.
+    let statuses = |n: &str| -> Vec<u16> {
+        patches
+            .get(n)
+            .map(|p| p.iter().map(|(s, _)| *s).filter(|s| *s != 504).collect())
+            .unwrap_or_default()
+    };
+    let cidrs_sent = |n: &str| -> Vec<String> {
+        patches[n]
+            .iter()
+            .map(|(_, b)| b.as_ref().unwrap()["spec"]["podCIDRs"].to_string())
+            .collect()
+    };
+    assert_eq!(statuses(A), [500, 500, 200], "A");
+    assert_eq!(*statuses(B).last().unwrap(), 200, "B: {:?}", statuses(B));
+    assert_eq!(
+        statuses(C),
+        [0u16; 0],
+        "C: committed write, no second PATCH"
+    );
+    assert_eq!(statuses(D), [500], "D: committed write, no second PATCH");
+    assert_eq!(statuses(E), [429, 200], "E");
+    let e_sent = cidrs_sent(E);
+    assert_eq!(e_sent[0], e_sent[1], "E: the kept reservation is re-sent");
+    let failed: Vec<String> = events_with_reason(&sb, reasons::CIDR_ASSIGNMENT_FAILED)
+        .into_iter()
+        .map(|(n, ty, _)| {
+            assert_eq!(ty, "Warning");
+            n
+        })
+        .collect();
+    assert!(failed.iter().any(|n| n == A), "A: {failed:?}");
+    assert!(failed.iter().any(|n| n == B), "B: {failed:?}");
+    assert!(!failed.iter().any(|n| n == C || n == D), "{failed:?}");
+
+    for i in 0..4 {
+        sb.create_node(node_like(&template, &format!("more-{i}")))
+            .unwrap();
+    }
+    assert!(
+        sb.wait_until(WAIT, |sb| {
+            unserved(sb).len() == 1
+                && !events_with_reason(sb, reasons::CIDR_NOT_AVAILABLE).is_empty()
+        })
+        .await,
+        "unserved {:?}",
+        unserved(&sb)
+    );
+    let waiting = unserved(&sb);
+    let summary = controller.stop().await;
+    assert_eq!(summary.pools[0].used, 8);
+    assert_no_cidr_handed_out_twice(&sb);
+    let waiting: Vec<&str> = waiting.iter().map(String::as_str).collect();
+    check_end_state(&sb, &ipam, &waiting, &summary);
+    sb.shutdown().await;
+}
+
+/// Start-up LISTs fail twice (500), later the watch stream is dropped, and then the watch's
+/// resourceVersion is compacted away while Nodes change (so the re-watch gets `410 Expired` and
+/// the controller re-lists). A Node deleted while the controller was not watching is released
+/// (found through the re-list), Nodes created meanwhile are served.
+#[tokio::test]
+async fn failed_lists_dropped_watch_and_compaction() {
+    init_tracing();
+    let file = "03-aks-kubenet-3nodes.json";
+    let sb = Sandbox::start(fixture(file)).await;
+    let template = template_node(file);
+    sb.fail_next(Verb::List, Resource::Nodes, 2, FaultAction::Status(500));
+    let ipam = ipam("10.244.0.0/16", "10.0.0.0/16", masks(None, None, None));
+    let controller = spawn(&sb, fast_config(ipam.clone()));
+    controller.wait_allocating(&sb).await;
+    let health = controller.health.clone();
+
+    // Dropped watch: the controller re-watches and sees new Nodes.
+    sb.drop_watches();
+    for i in 0..5 {
+        sb.create_node(node_like(&template, &format!("x-{i}")))
+            .unwrap();
+    }
+    assert!(sb.wait_until(WAIT, |sb| unserved(sb).is_empty()).await);
+    assert!(sb.wait_until(WAIT, |_| used(&health) == [8]).await);
+    let lists_before = sb.requests_of(Verb::List, Resource::Nodes).len();
+
+    // Drop the watch, change Nodes and compact — all before the controller can run again (the
+    // test runtime is single-threaded and nothing here yields) — so its re-watch gets 410.
+    sb.drop_watches();
+    let gone = pod_cidrs(&sb, "x-0");
+    sb.delete_node("x-0").unwrap();
+    sb.create_node(node_like(&template, "y-0")).unwrap();
+    sb.create_node(node_like(&template, "y-1")).unwrap();
+    sb.compact();
+    assert!(
+        sb.wait_until(WAIT, |sb| unserved(sb).is_empty() && used(&health) == [9])
+            .await,
+        "unserved {:?}, used {:?}",
+        unserved(&sb),
+        used(&health)
+    );
+    assert!(
+        sb.requests_of(Verb::List, Resource::Nodes).len() > lists_before,
+        "no re-list after the 410"
+    );
+    let summary = controller.stop().await;
+    assert!(!summary.held.contains_key("x-0"), "x-0's {gone:?} leaked");
+    assert_no_cidr_handed_out_twice(&sb);
+    check_end_state(&sb, &ipam, &[], &summary);
+    sb.shutdown().await;
+}
+
+/// Someone else sets the Node's podCIDRs while our PATCH is on its way: the API answers `422`
+/// (podCIDRs are immutable once set), the controller re-reads the Node, occupies what it has and
+/// gives its own reservation back (the count equals what the Nodes hold; nothing leaks).
+#[tokio::test]
+async fn podcidrs_set_by_someone_else_during_our_patch() {
+    init_tracing();
+    let sb = Sandbox::start(fixture(AWS)).await;
+    let template = template_node(AWS);
+    let ipam = ipam("10.244.0.0/16", "", masks(None, None, None));
+    let controller = spawn(&sb, fast_config(ipam.clone()));
+    controller.wait_allocating(&sb).await;
+    assert!(sb.wait_until(WAIT, |sb| unserved(sb).is_empty()).await);
+
+    sb.inject(
+        FaultRule::new(
+            Verb::Patch,
+            Resource::Nodes,
+            1,
+            FaultAction::Delay(Duration::from_millis(500)),
+        )
+        .named("raced"),
+    );
+    sb.create_node(node_like(&template, "raced")).unwrap();
+    // Our PATCH has arrived (the fault fired) and is held; the other writer goes first.
+    assert!(
+        sb.wait_until(WAIT, |sb| sb.pending_faults().is_empty())
+            .await
+    );
+    sb.patch_node(
+        "raced",
+        nodeipam_tests::sandbox::PatchType::Merge,
+        &serde_json::json!({"spec": {"podCIDR": "10.244.200.0/24", "podCIDRs": ["10.244.200.0/24"]}}),
+    )
+    .unwrap();
+    assert!(
+        sb.wait_until(WAIT, |sb| {
+            node_patches(sb)
+                .get("raced")
+                .is_some_and(|p| p.iter().any(|(s, _)| *s == 422))
+        })
+        .await,
+        "our PATCH was not rejected: {:?}",
+        node_patches(&sb).get("raced")
+    );
+    assert!(
+        sb.wait_until(WAIT, |_| used(&controller.health) == [5])
+            .await
+    );
+    assert_eq!(pod_cidrs(&sb, "raced"), ["10.244.200.0/24"]);
+    let summary = controller.stop().await;
+    check_end_state(&sb, &ipam, &[], &summary);
+    sb.shutdown().await;
+}
