@@ -147,7 +147,12 @@ async fn run_fixture(
             "{file}: PATCHes of Node {name}: {patches:?}"
         );
     }
-    assert!(patches.values().flatten().all(|(status, _)| *status == 200));
+    assert!(
+        patches
+            .values()
+            .flatten()
+            .all(|(status, _)| *status == Some(200))
+    );
     // A Warning event for each skipped Node, with one of the skip reasons; nothing else warned.
     let mut warned = BTreeSet::new();
     for reason in SKIP_REASONS {

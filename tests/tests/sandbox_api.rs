@@ -587,12 +587,12 @@ async fn faults_fail_delay_and_commit_then_fail() {
         started.elapsed() >= Duration::from_secs(1),
         "waited for Retry-After"
     );
-    let statuses: Vec<u16> = sb
+    let statuses: Vec<Option<u16>> = sb
         .requests_of(Verb::Get, Resource::Nodes)
         .iter()
         .map(|r| r.status)
         .collect();
-    assert_eq!(statuses, [429, 200]);
+    assert_eq!(statuses, [Some(429), Some(200)]);
     // Without the retry layer the client sees the Status.
     let mut cfg = sb.kube_config();
     cfg.default_retry = false;
@@ -651,11 +651,89 @@ async fn faults_fail_delay_and_commit_then_fail() {
     sb.set_delay(Duration::ZERO);
     // The log shows the verbs and statuses (it was cleared before the 429 check).
     let patches = sb.requests_of(Verb::Patch, Resource::Nodes);
-    assert_eq!(patches.iter().map(|r| r.status).collect::<Vec<_>>(), [500]);
+    assert_eq!(
+        patches.iter().map(|r| r.status).collect::<Vec<_>>(),
+        [Some(500)]
+    );
     assert!(
         patches
             .iter()
             .all(|r| r.content_type.as_deref() == Some("application/merge-patch+json"))
     );
+    sb.shutdown().await;
+}
+
+/// A request whose client gives up while the answer is held (`Hang`, `CommitThenHang`) is still
+/// in the request log, without a status: the committed PATCH shows up although it was never
+/// answered, and so does the hung PATCH that ran nothing. (Before the fix, such requests were
+/// only logged once answered, i.e. never.)
+#[tokio::test]
+async fn requests_whose_client_gave_up_are_logged() {
+    let (sb, _) = start("07-eks-2nodes-no-podcidr.json").await;
+    let name = |i: usize| {
+        sb.nodes()[i]["metadata"]["name"]
+            .as_str()
+            .expect("name")
+            .to_owned()
+    };
+    let (committed, hung) = (name(0), name(1));
+    let mut cfg = sb.kube_config();
+    cfg.read_timeout = Some(Duration::from_secs(1));
+    let impatient: Api<Node> = Api::all(kube::Client::try_from(cfg).expect("client"));
+    let hold = Duration::from_secs(3);
+    sb.inject(
+        FaultRule::new(
+            Verb::Patch,
+            Resource::Nodes,
+            1,
+            FaultAction::CommitThenHang(hold),
+        )
+        .named(committed.clone()),
+    );
+    sb.inject(
+        FaultRule::new(Verb::Patch, Resource::Nodes, 1, FaultAction::Hang(hold))
+            .named(hung.clone()),
+    );
+    let patch = json!({"metadata": {"labels": {"hung": "1"}}});
+    let started = std::time::Instant::now();
+    for n in [&committed, &hung] {
+        let r = impatient
+            .patch(n, &PatchParams::default(), &Patch::Merge(&patch))
+            .await;
+        assert!(r.is_err(), "{n}: the client gave up: {r:?}");
+    }
+    assert!(started.elapsed() < 2 * hold, "the client did not wait");
+    assert!(sb.pending_faults().is_empty());
+    assert_eq!(
+        sb.node(&committed).expect("node")["metadata"]["labels"]["hung"],
+        "1",
+        "CommitThenHang commits the write"
+    );
+    assert!(
+        sb.node(&hung).expect("node")["metadata"]["labels"]["hung"].is_null(),
+        "Hang does not run the request"
+    );
+    let logged = |sb: &SandboxHandle| -> Vec<(Option<String>, Option<u16>, Option<Value>)> {
+        sb.requests_of(Verb::Patch, Resource::Nodes)
+            .into_iter()
+            .map(|r| (r.name, r.status, r.body))
+            .collect()
+    };
+    let expected = [
+        (Some(committed.clone()), None, Some(patch.clone())),
+        (Some(hung.clone()), None, Some(patch.clone())),
+    ];
+    assert_eq!(logged(&sb), expected, "both abandoned PATCHes are logged");
+    // The server cancels a request whose client went away: no 504 is recorded after the hold.
+    tokio::time::sleep((hold + Duration::from_millis(500)).saturating_sub(started.elapsed())).await;
+    assert_eq!(logged(&sb), expected, "after the hold");
+    // Answered requests still get their status.
+    impatient.get(&hung).await.expect("get");
+    let gets: Vec<Option<u16>> = sb
+        .requests_of(Verb::Get, Resource::Nodes)
+        .iter()
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(gets, [Some(200)]);
     sb.shutdown().await;
 }

@@ -3,6 +3,8 @@
 //!
 //! Admin endpoints: `GET/DELETE /sandbox/requests`, `POST/DELETE /sandbox/faults`,
 //! `POST /sandbox/delay {"ms":N}`, `POST /sandbox/drop-watches`, `POST /sandbox/compact`.
+//! In `GET /sandbox/requests`, `"status": null` marks a request that was not answered (still in
+//! flight, or its client gave up first).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;

@@ -7,7 +7,7 @@
 //! `409 Conflict` on stale writes, `422 Invalid` for Node podCIDR rules, finalizers, strategic /
 //! merge / JSON patches, and server-side apply with field ownership (enough for
 //! kube-lease-manager). Faults (errors, 429, hangs, delays, dropped watches) can be injected, and
-//! every request is logged.
+//! every request is logged when it is received (also one whose client gives up before the answer).
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -158,7 +158,7 @@ impl Sandbox {
             shutdown_tx: tokio_watch::Sender::new(false),
             faults: Mutex::new(Vec::new()),
             delay: Mutex::new(Duration::ZERO),
-            log: Mutex::new(Vec::new()),
+            log: Mutex::new(server::RequestLog::default()),
             bookmark_interval: options.bookmark_interval,
             admin: options.admin_endpoints,
         });
@@ -448,16 +448,15 @@ impl SandboxHandle {
         self.store().compact();
     }
 
-    /// The request log so far.
+    /// The request log so far, in arrival order. Every request received is in it, answered or
+    /// not: [`RequestRecord::status`] is `None` for a request still in flight and for one whose
+    /// client gave up before the answer (e.g. during a [`FaultAction::Hang`] or
+    /// [`FaultAction::CommitThenHang`]).
     pub fn requests(&self) -> Vec<RequestRecord> {
-        self.shared
-            .log
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.shared.log().records()
     }
 
-    /// Logged requests with this verb on this resource.
+    /// Logged requests with this verb on this resource (see [`SandboxHandle::requests`]).
     pub fn requests_of(&self, verb: Verb, resource: Resource) -> Vec<RequestRecord> {
         self.requests()
             .into_iter()
@@ -467,11 +466,7 @@ impl SandboxHandle {
 
     /// Empty the request log.
     pub fn clear_requests(&self) {
-        self.shared
-            .log
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        self.shared.log().clear();
     }
 
     /// Wait until `cond(self)` holds, re-checking after every write, at most `timeout`.

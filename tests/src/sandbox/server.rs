@@ -24,6 +24,14 @@ use super::watch::{self, WatchParams};
 const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
 /// One logged request.
+///
+/// A resource request is logged as soon as it has been received (its body read, its resource and
+/// verb known; before any delay or fault), with `status: None`; the status is filled in when the
+/// answer is produced. A request whose client gives up first — e.g. during a [`FaultAction::Hang`] or
+/// [`FaultAction::CommitThenHang`] — stays in the log with `status: None` (the server cancels the
+/// handler when the connection drops), so the log shows every request, answered or not, in the
+/// order they arrived. Non-resource paths (`/version`, admin endpoints …) and requests rejected
+/// before routing are answered at once and logged with their status.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RequestRecord {
     /// Kubernetes verb (`None` for non-resource paths such as `/version`).
@@ -50,8 +58,10 @@ pub struct RequestRecord {
     pub field_manager: String,
     /// Parsed JSON body of writes.
     pub body: Option<Value>,
-    /// HTTP status of the answer (200 for a watch that started).
-    pub status: u16,
+    /// HTTP status of the answer (200 for a watch that started); `None` while the request is
+    /// still being handled and for a request that was never answered (its client gave up or
+    /// disconnected first, e.g. during a hang fault; a committed write may have happened).
+    pub status: Option<u16>,
 }
 
 /// State shared by the server tasks and the handle.
@@ -70,7 +80,7 @@ pub struct Shared {
     /// Delay added to every response.
     pub delay: Mutex<Duration>,
     /// Request log.
-    pub log: Mutex<Vec<RequestRecord>>,
+    pub log: Mutex<RequestLog>,
     /// Idle time after which a watch with bookmarks gets a BOOKMARK.
     pub bookmark_interval: Duration,
     /// Whether `/sandbox/...` admin endpoints are served.
@@ -89,11 +99,45 @@ impl Shared {
         self.rv_tx.send_replace(rv);
     }
 
-    fn log(&self, rec: RequestRecord) {
-        self.log
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(rec);
+    /// Lock the request log.
+    pub fn log(&self) -> std::sync::MutexGuard<'_, RequestLog> {
+        self.log.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The request log: records in arrival order, each with a sequence number so that an answer can
+/// be attached to its record after the request was logged.
+#[derive(Debug, Default)]
+pub struct RequestLog {
+    next_seq: u64,
+    entries: Vec<(u64, RequestRecord)>,
+}
+
+impl RequestLog {
+    /// Log a request (normally with `status: None`); returns its sequence number for
+    /// [`RequestLog::answered`].
+    pub fn received(&mut self, rec: RequestRecord) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.entries.push((seq, rec));
+        seq
+    }
+
+    /// Record the status of the answer to request `seq` (a no-op if the log was cleared since).
+    pub fn answered(&mut self, seq: u64, status: u16) {
+        if let Some((_, rec)) = self.entries.iter_mut().rev().find(|(s, _)| *s == seq) {
+            rec.status = Some(status);
+        }
+    }
+
+    /// The records so far, in arrival order.
+    pub fn records(&self) -> Vec<RequestRecord> {
+        self.entries.iter().map(|(_, r)| r.clone()).collect()
+    }
+
+    /// Forget every record (requests in flight are not re-added when they are answered).
+    pub fn clear(&mut self) {
+        self.entries.clear();
     }
 }
 
@@ -175,10 +219,7 @@ pub async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response
             prefix.to_owned()
         }
     });
-    let bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
-        Ok(b) => b,
-        Err(_) => return error_response(&ApiError::new_too_large()),
-    };
+    let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES).await;
     let mut rec = RequestRecord {
         verb: None,
         verb_name: "",
@@ -190,25 +231,28 @@ pub async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response
         name: None,
         content_type: content_type.clone(),
         field_manager: field_manager.clone(),
-        body: if bytes.is_empty() {
-            None
-        } else {
-            serde_json::from_slice(&bytes).ok()
+        body: match &bytes {
+            Ok(b) if !b.is_empty() => serde_json::from_slice(b).ok(),
+            _ => None,
         },
-        status: 0,
+        status: None,
+    };
+    // Requests answered at once (no await before the answer) are logged with their status.
+    let answer_now = |mut rec: RequestRecord, resp: Response| {
+        rec.status = Some(resp.status().as_u16());
+        shared.log().received(rec);
+        resp
+    };
+    let Ok(bytes) = bytes else {
+        return answer_now(rec, error_response(&ApiError::new_too_large()));
     };
 
-    if let Some(resp) = non_resource(&shared, &method, &path, &bytes).await {
-        rec.status = resp.status().as_u16();
-        shared.log(rec);
-        return resp;
+    if let Some(resp) = non_resource(&shared, &method, &path, &bytes) {
+        return answer_now(rec, resp);
     }
 
     let Some(target) = parse_path(&path) else {
-        let e = ApiError::no_route(&path);
-        rec.status = e.code;
-        shared.log(rec);
-        return error_response(&e);
+        return answer_now(rec, error_response(&ApiError::no_route(&path)));
     };
     rec.resource = Some(target.resource);
     rec.namespace = target.namespace.clone();
@@ -217,43 +261,15 @@ pub async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response
         let e = ApiError::method_not_allowed(format!(
             "the server does not allow this method on the requested resource ({method} {path})"
         ));
-        rec.status = e.code;
-        shared.log(rec);
-        return error_response(&e);
+        return answer_now(rec, error_response(&e));
     };
     rec.verb = Some(verb);
     rec.verb_name = verb.as_str();
 
-    let fault = {
-        let mut rules = shared.faults.lock().unwrap_or_else(PoisonError::into_inner);
-        faults::take(&mut rules, verb, target.resource, target.name.as_deref())
-    };
-    let delay = *shared.delay.lock().unwrap_or_else(PoisonError::into_inner);
-    if !delay.is_zero() {
-        hold(&shared, delay).await;
-    }
-    let early: Option<ApiError> = match &fault {
-        Some(FaultAction::Status(code)) => Some(ApiError::with_code(*code)),
-        Some(FaultAction::TooManyRequests { retry_after_secs }) => {
-            Some(ApiError::too_many_requests(*retry_after_secs))
-        }
-        Some(FaultAction::Hang(d)) => {
-            hold(&shared, *d).await;
-            Some(ApiError::timeout("injected fault: the request timed out"))
-        }
-        Some(FaultAction::Delay(d)) => {
-            hold(&shared, *d).await;
-            None
-        }
-        _ => None,
-    };
-    if let Some(e) = early {
-        rec.status = e.code;
-        shared.log(rec);
-        return error_response(&e);
-    }
-
-    let result = dispatch(
+    // Log the request now: if the client gives up while it is delayed or held by a fault, the
+    // connection drops and this future is cancelled, and the record stays without a status.
+    let seq = shared.log().received(rec);
+    let resp = respond(
         &shared,
         verb,
         &target,
@@ -261,13 +277,56 @@ pub async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response
         content_type.as_deref(),
         &field_manager,
         &bytes,
-    );
+    )
+    .await;
+    shared.log().answered(seq, resp.status().as_u16());
+    resp
+}
+
+/// Answer a routed resource request: delay, faults, then the operation itself.
+async fn respond(
+    shared: &Arc<Shared>,
+    verb: Verb,
+    target: &Target,
+    q: &HashMap<String, String>,
+    content_type: Option<&str>,
+    field_manager: &str,
+    bytes: &[u8],
+) -> Response {
+    let fault = {
+        let mut rules = shared.faults.lock().unwrap_or_else(PoisonError::into_inner);
+        faults::take(&mut rules, verb, target.resource, target.name.as_deref())
+    };
+    let delay = *shared.delay.lock().unwrap_or_else(PoisonError::into_inner);
+    if !delay.is_zero() {
+        hold(shared, delay).await;
+    }
+    let early: Option<ApiError> = match &fault {
+        Some(FaultAction::Status(code)) => Some(ApiError::with_code(*code)),
+        Some(FaultAction::TooManyRequests { retry_after_secs }) => {
+            Some(ApiError::too_many_requests(*retry_after_secs))
+        }
+        Some(FaultAction::Hang(d)) => {
+            hold(shared, *d).await;
+            Some(ApiError::timeout("injected fault: the request timed out"))
+        }
+        Some(FaultAction::Delay(d)) => {
+            hold(shared, *d).await;
+            None
+        }
+        _ => None,
+    };
+    if let Some(e) = early {
+        return error_response(&e);
+    }
+
+    let result = dispatch(shared, verb, target, q, content_type, field_manager, bytes);
     shared.notify();
-    let resp = match result {
+    match result {
         Ok(Reply::Json(code, v)) => match &fault {
             Some(FaultAction::CommitThenStatus(c)) => error_response(&ApiError::with_code(*c)),
             Some(FaultAction::CommitThenHang(d)) => {
-                hold(&shared, *d).await;
+                hold(shared, *d).await;
                 error_response(&ApiError::timeout("injected fault: the request timed out"))
             }
             _ => json_response(code, &v),
@@ -281,10 +340,7 @@ pub async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response
             resp
         }
         Err(e) => error_response(&e),
-    };
-    rec.status = resp.status().as_u16();
-    shared.log(rec);
-    resp
+    }
 }
 
 enum Reply {
@@ -430,7 +486,7 @@ fn dispatch(
 }
 
 /// `/version`, `/healthz`, `/api`, `/apis` and the `/sandbox/...` admin endpoints.
-async fn non_resource(
+fn non_resource(
     shared: &Arc<Shared>,
     method: &Method,
     path: &str,
@@ -528,20 +584,10 @@ pub fn parse_fault(v: &Value) -> Result<FaultRule, ApiError> {
 
 fn admin(shared: &Arc<Shared>, method: &Method, path: &str, body: &[u8]) -> Response {
     let result: Result<Value, ApiError> = match (method.as_str(), path) {
-        ("GET", "/sandbox/requests") => {
-            let log = shared
-                .log
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone();
-            serde_json::to_value(log).map_err(|e| ApiError::internal(e.to_string()))
-        }
+        ("GET", "/sandbox/requests") => serde_json::to_value(shared.log().records())
+            .map_err(|e| ApiError::internal(e.to_string())),
         ("DELETE", "/sandbox/requests") => {
-            shared
-                .log
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clear();
+            shared.log().clear();
             Ok(json!({}))
         }
         ("POST", "/sandbox/faults") => parse_body(body).and_then(|v| parse_fault(&v)).map(|rule| {

@@ -185,9 +185,13 @@ pub fn events_with_reason(sb: &SandboxHandle, reason: &str) -> Vec<(String, Stri
         .collect()
 }
 
-/// Node PATCH requests per Node name: `(status, body)` in order.
-pub fn node_patches(sb: &SandboxHandle) -> BTreeMap<String, Vec<(u16, Option<Value>)>> {
-    let mut out: BTreeMap<String, Vec<(u16, Option<Value>)>> = BTreeMap::new();
+/// One logged PATCH: `(status, body)`; status `None` = not answered (still in flight, or the
+/// client gave up first).
+pub type LoggedPatch = (Option<u16>, Option<Value>);
+
+/// Node PATCH requests per Node name, in arrival order.
+pub fn node_patches(sb: &SandboxHandle) -> BTreeMap<String, Vec<LoggedPatch>> {
+    let mut out: BTreeMap<String, Vec<LoggedPatch>> = BTreeMap::new();
     for r in sb.requests_of(Verb::Patch, Resource::Nodes) {
         out.entry(r.name.clone().unwrap_or_default())
             .or_default()
@@ -203,7 +207,7 @@ pub fn assert_no_cidr_handed_out_twice(sb: &SandboxHandle) -> usize {
     let mut owner: BTreeMap<String, String> = BTreeMap::new();
     let mut count = 0;
     for (name, patches) in node_patches(sb) {
-        let ok: Vec<_> = patches.iter().filter(|(s, _)| *s == 200).collect();
+        let ok: Vec<_> = patches.iter().filter(|(s, _)| *s == Some(200)).collect();
         assert!(
             ok.len() <= 1,
             "Node {name} was patched successfully {} times: {ok:?}",
