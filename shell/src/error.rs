@@ -9,6 +9,10 @@ pub enum Error {
     /// A node IPAM flag is invalid; the message names the flag.
     #[error("{0}")]
     Config(#[source] ConfigError),
+    /// A controller flag is invalid in combination with others (e.g. the leader-election
+    /// durations); the message names the flag.
+    #[error("{0}")]
+    Flag(String),
     /// The pool could not be built from a valid configuration (e.g. a service CIDR fills a
     /// cluster CIDR).
     #[error("--service-cluster-ip-range: {0}")]
@@ -51,7 +55,7 @@ impl Error {
     /// A bounded, stable label for metrics (`error="…"`).
     pub fn metric_label(&self) -> &'static str {
         match self {
-            Error::Config(_) => "config",
+            Error::Config(_) | Error::Flag(_) => "config",
             Error::Pool(_) => "pool",
             Error::ClientConfig(_) => "client_config",
             Error::Kube(_) => "kube_api",
@@ -67,7 +71,11 @@ impl Error {
     /// and `plan` convention), 1 otherwise.
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::Config(_) | Error::Pool(_) | Error::Read { .. } | Error::InvalidNodeList(_) => 2,
+            Error::Config(_)
+            | Error::Flag(_)
+            | Error::Pool(_)
+            | Error::Read { .. }
+            | Error::InvalidNodeList(_) => 2,
             _ => 1,
         }
     }

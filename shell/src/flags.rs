@@ -159,6 +159,54 @@ impl IpamFlags {
     }
 }
 
+impl ControllerFlags {
+    /// Checks the values clap cannot check one flag at a time, with kube-controller-manager's rules
+    /// (component-base `ValidateLeaderElectionConfiguration` and client-go's `NewLeaderElector`),
+    /// only when `--leader-elect` is on (as upstream): every duration > 0, lease duration > renew
+    /// deadline > 1.2 × retry period, a Lease name and namespace. The lease duration must also fit
+    /// a Lease's `spec.leaseDurationSeconds` (whole seconds, an int32), so 1 s ..= 2^31−1 s.
+    ///
+    /// # Errors
+    /// One line naming the flag.
+    pub fn validate(&self) -> Result<(), String> {
+        if !self.leader_elect {
+            return Ok(());
+        }
+        let lease = self.leader_elect_lease_duration;
+        let renew = self.leader_elect_renew_deadline;
+        let retry = self.leader_elect_retry_period;
+        if lease < Duration::from_secs(1) || lease.as_secs() > i32::MAX as u64 {
+            return Err(format!(
+                "--leader-elect-lease-duration={lease:?} must be between 1s and {}s (a Lease holds whole seconds in an int32)",
+                i32::MAX
+            ));
+        }
+        if renew.is_zero() {
+            return Err("--leader-elect-renew-deadline must be greater than zero".to_owned());
+        }
+        if retry.is_zero() {
+            return Err("--leader-elect-retry-period must be greater than zero".to_owned());
+        }
+        if renew >= lease {
+            return Err(format!(
+                "--leader-elect-renew-deadline={renew:?} must be shorter than --leader-elect-lease-duration={lease:?}"
+            ));
+        }
+        if renew.as_secs_f64() <= 1.2 * retry.as_secs_f64() {
+            return Err(format!(
+                "--leader-elect-retry-period={retry:?} is too long: --leader-elect-renew-deadline={renew:?} must exceed 1.2 × the retry period"
+            ));
+        }
+        if self.leader_elect_resource_name.trim().is_empty() {
+            return Err("--leader-elect-resource-name must not be empty".to_owned());
+        }
+        if self.leader_elect_resource_namespace.trim().is_empty() {
+            return Err("--leader-elect-resource-namespace must not be empty".to_owned());
+        }
+        Ok(())
+    }
+}
+
 fn parse_allocator_type(text: &str) -> Result<String, String> {
     if text == RANGE_ALLOCATOR {
         Ok(text.to_owned())

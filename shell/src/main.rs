@@ -10,7 +10,10 @@ use nodeipam::flags::{Cli, Command, IpamFlags, OutputFormat, PlanArgs};
 use nodeipam_core::IpamConfig;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return clap_exit(&error),
+    };
     init_tracing();
     let code = match cli.command {
         Some(Command::Plan(ref args)) => run_plan(args),
@@ -29,14 +32,41 @@ fn init_tracing() {
         .init();
 }
 
+/// clap's own errors as one line on stderr, exit 2 (`--help`/`--version` print as usual, exit 0).
+/// clap renders a parse error over several lines (the error, `[possible values: …]`, a blank
+/// line, `Usage: …`, `For more information, try '--help'.`); the contract is one line naming the
+/// flag, so keep the error and its details and drop the usage and the tip.
+fn clap_exit(error: &clap::Error) -> ExitCode {
+    if !error.use_stderr() {
+        let _ = error.print();
+        return ExitCode::SUCCESS;
+    }
+    let rendered = error.render().to_string();
+    let line = rendered
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:"))
+        .filter(|l| {
+            !l.is_empty() && !l.starts_with("For more information") && !l.starts_with("tip:")
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    eprintln!("{line}");
+    ExitCode::from(2)
+}
+
 /// Prints `error: …` (one line) and returns the error's exit status.
 fn fail(error: &Error) -> u8 {
     eprintln!("error: {error}");
     error.exit_code().clamp(1, 255) as u8
 }
 
+/// Validates the IPAM flags, including what only shows when the pool is built (a service CIDR
+/// covering every block of a cluster CIDR), so that such a configuration exits 2 before any
+/// listener or client is set up (the controller used to report a client error, exit 1, first).
 fn validate(flags: &IpamFlags) -> Result<IpamConfig, Error> {
     let config = flags.validate().map_err(Error::Config)?;
+    nodeipam::reconcile::Allocator::new(&config).map_err(Error::Pool)?;
     for cluster in &config.cluster_cidrs {
         if cluster.host_bits_were_set {
             tracing::warn!(
@@ -85,6 +115,9 @@ fn run_plan(args: &PlanArgs) -> u8 {
 
 fn run_controller(cli: &Cli) -> u8 {
     let flags = &cli.controller;
+    if let Err(message) = flags.validate() {
+        return fail(&Error::Flag(message));
+    }
     let ipam = if cli.ipam.allocate_node_cidrs {
         match validate(&cli.ipam) {
             Ok(config) => Some(config),

@@ -444,3 +444,30 @@ fn stale_view_of_a_patched_node_changes_nothing() {
     );
     assert_eq!(used(&a), vec![1]);
 }
+
+#[test]
+fn hostile_existing_cidrs_are_skipped_not_kept() {
+    let mut a = Allocator::new(&config(
+        "10.244.0.0/16",
+        "10.244.128.0/20",
+        NodeMaskFlags::default(),
+    ))
+    .expect("pool");
+    let skip_kind = |d: &Decision| match (&d.action, d.metrics.as_slice()) {
+        (Action::Skip { .. }, [MetricEvent::NodeSkipped { kind }]) => Some(*kind),
+        _ => None,
+    };
+    // Inside a service CIDR: Service IPs would be handed to pods.
+    let d = a.decide(&node("in-services", &["10.244.130.0/24"]));
+    assert_eq!(skip_kind(&d), Some(SkipKind::Conflict), "{d:?}");
+    // Larger than the cluster CIDR: not in it; the whole pool stays fenced off.
+    let d = a.decide(&node("whole", &["10.0.0.0/8"]));
+    assert_eq!(skip_kind(&d), Some(SkipKind::OutOfRange), "{d:?}");
+    assert_eq!(used(&a), [256]);
+    // Removing it frees everything but the service blocks.
+    let _ = a.remove("whole");
+    assert_eq!(used(&a), [16]);
+    // Surrounding whitespace is not a CIDR the API (or a CNI) accepts.
+    let d = a.decide(&node("spaces", &[" 10.244.1.0/24"]));
+    assert_eq!(skip_kind(&d), Some(SkipKind::Invalid), "{d:?}");
+}

@@ -1,0 +1,483 @@
+//! Hostile input for `nodeipam-controller` and `plan`, through the built binary: garbage flags
+//! must exit 2 with one line naming the flag; hostile Node objects (real fixtures, mutated) must
+//! never make the plan hand out a block twice or over a kept/skipped Node's range.
+
+use std::io::Write as _;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_nodeipam-controller");
+
+/// Runs the binary with no cluster reachable (no kubeconfig, no in-cluster env).
+fn run(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .env("HOME", "/nonexistent")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("binary runs");
+    let mut pipe = child.stdin.take().expect("stdin");
+    let text = stdin.unwrap_or("").to_owned();
+    let writer = std::thread::spawn(move || {
+        let _ = pipe.write_all(text.as_bytes());
+    });
+    let out = child.wait_with_output().expect("binary exits");
+    let _ = writer.join();
+    out
+}
+
+/// The AWS fixture's Nodes with their spec's pod CIDR fields replaced by `specs[i]` (the Node
+/// objects are real; only podCIDR/podCIDRs/name change).
+fn nodes(specs: &[Value], names: &[&str]) -> Value {
+    let path = format!(
+        "{}/../fixtures/nodes/05-aws-4nodes-no-podcidr.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let list: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("fixture"))
+        .expect("fixture JSON");
+    let base = list["items"].as_array().expect("items").clone();
+    let items: Vec<Value> = specs
+        .iter()
+        .enumerate()
+        .map(|(i, extra)| {
+            let mut node = base[i % base.len()].clone();
+            node["metadata"]["name"] = json!(names.get(i).copied().unwrap_or(&format!("node-{i}")));
+            let spec = node["spec"].as_object_mut().expect("spec");
+            spec.remove("podCIDR");
+            spec.remove("podCIDRs");
+            for (k, v) in extra.as_object().expect("spec patch") {
+                spec.insert(k.clone(), v.clone());
+            }
+            node
+        })
+        .collect();
+    json!({"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": items})
+}
+
+/// `plan -o json -` over `list`: (exit code, JSON or Null, stderr).
+fn plan(list: &Value, flags: &[&str]) -> (i32, Value, String) {
+    let mut args = vec!["plan", "-o", "json"];
+    args.extend_from_slice(flags);
+    args.push("-");
+    let out = run(&args, Some(&list.to_string()));
+    let code = out.status.code().expect("exit code");
+    let json = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (
+        code,
+        json,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn actions(json: &Value) -> Vec<(String, String)> {
+    json["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| {
+            (
+                n["name"].as_str().unwrap_or_default().to_owned(),
+                n["action"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// (first, last) address of a CIDR text, IPv4 only (enough for these tests).
+fn span(text: &str) -> Option<(u32, u32)> {
+    let (addr, len) = text.trim().split_once('/')?;
+    let addr: std::net::Ipv4Addr = addr.parse().ok()?;
+    let len: u32 = len.parse().ok()?;
+    let host = 32u32.checked_sub(len)?;
+    let lo = u32::from(addr) & !((1u64 << host) - 1) as u32;
+    Some((lo, lo | ((1u64 << host) - 1) as u32))
+}
+
+/// The plan never assigns one block twice, nor over a kept/skipped Node's range or a service CIDR.
+fn assert_no_double_assignment(json: &Value, services: &[&str]) {
+    let mut reserved: Vec<(String, (u32, u32))> = services
+        .iter()
+        .filter_map(|s| Some(((*s).to_owned(), span(s)?)))
+        .collect();
+    let mut assigned = Vec::new();
+    for node in json["nodes"].as_array().expect("nodes") {
+        let name = node["name"].as_str().unwrap_or_default().to_owned();
+        for text in node["podCIDRs"].as_array().expect("podCIDRs") {
+            let Some(range) = text.as_str().and_then(span) else {
+                continue;
+            };
+            match node["action"].as_str() {
+                Some("assign") => assigned.push((name.clone(), range)),
+                _ => reserved.push((name.clone(), range)),
+            }
+        }
+        if matches!(node["action"].as_str(), Some("skip" | "fail")) {
+            assert!(
+                node["reason"].is_string(),
+                "{name}: skip/fail without reason"
+            );
+        }
+    }
+    let overlap = |a: (u32, u32), b: (u32, u32)| a.0 <= b.1 && b.0 <= a.1;
+    for (i, (name, range)) in assigned.iter().enumerate() {
+        for (other, theirs) in assigned[i + 1..].iter().chain(&reserved) {
+            assert!(
+                !overlap(*range, *theirs),
+                "{name} is assigned {range:?}, which overlaps {other}'s {theirs:?}: {json}"
+            );
+        }
+    }
+}
+
+// ----- flags -------------------------------------------------------------------------------------
+
+/// Every bad flag exits 2 with exactly one line on stderr naming the flag — including clap's own
+/// parse errors, and configuration errors only found when the pool is built.
+#[test]
+fn bad_flags_exit_2_with_one_line_naming_the_flag() {
+    let cluster = "--cluster-cidr=10.244.0.0/16";
+    let off = ["--metrics-bind-address=0", "--health-probe-bind-address=0"];
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--node-cidr-mask-size=-1"], "--node-cidr-mask-size"),
+        (vec!["--node-cidr-mask-size=256"], "--node-cidr-mask-size"),
+        (vec!["--kube-api-qps=NaN"], "--kube-api-qps"),
+        (vec!["--kube-api-qps=inf"], "--kube-api-qps"),
+        (vec!["--kube-api-burst=0"], "--kube-api-burst"),
+        (vec!["--allocate-node-cidrs=maybe"], "--allocate-node-cidrs"),
+        (
+            vec!["--cidr-allocator-type=CloudAllocator"],
+            "--cidr-allocator-type",
+        ),
+        (
+            vec!["--metrics-bind-address=:99999"],
+            "--metrics-bind-address",
+        ),
+        (
+            vec!["--leader-elect-lease-duration=soon"],
+            "--leader-elect-lease-duration",
+        ),
+        // Found only when the pool is built: must still be exit 2, before any client setup.
+        (
+            vec!["--service-cluster-ip-range=10.0.0.0/8"],
+            "--service-cluster-ip-range",
+        ),
+        // Leader-election values kube-controller-manager rejects.
+        (
+            vec![
+                "--leader-elect",
+                "--leader-elect-lease-duration=5s",
+                "--leader-elect-renew-deadline=10s",
+            ],
+            "--leader-elect-renew-deadline",
+        ),
+        (
+            vec!["--leader-elect", "--leader-elect-lease-duration=0"],
+            "--leader-elect-lease-duration",
+        ),
+        (
+            vec!["--leader-elect", "--leader-elect-retry-period=0"],
+            "--leader-elect-retry-period",
+        ),
+        (
+            vec![
+                "--leader-elect",
+                "--leader-elect-lease-duration=99999999999h",
+            ],
+            "--leader-elect-lease-duration",
+        ),
+        (
+            vec!["--leader-elect", "--leader-elect-resource-name="],
+            "--leader-elect-resource-name",
+        ),
+        (
+            vec!["--leader-elect", "--leader-elect-resource-namespace="],
+            "--leader-elect-resource-namespace",
+        ),
+    ];
+    for (extra, flag) in cases {
+        let mut args = vec![cluster];
+        args.extend_from_slice(&off);
+        args.extend_from_slice(&extra);
+        let out = run(&args, None);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {stderr}");
+        let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "{extra:?}: not one line: {stderr:?}");
+        assert!(
+            lines[0].contains(flag),
+            "{extra:?}: {stderr:?} does not name {flag}"
+        );
+        assert!(!stderr.contains("panicked"), "{extra:?}: {stderr}");
+    }
+    // plan: a missing NODELIST is one line too.
+    let out = run(&["plan", cluster], None);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.lines().filter(|l| !l.trim().is_empty()).count(),
+        1,
+        "{stderr:?}"
+    );
+}
+
+#[test]
+fn help_and_version_still_exit_0() {
+    for flag in ["--help", "--version"] {
+        let out = run(&[flag], None);
+        assert_eq!(out.status.code(), Some(0), "{flag}");
+        assert!(!out.stdout.is_empty(), "{flag}");
+    }
+}
+
+// ----- hostile Nodes -----------------------------------------------------------------------------
+
+/// Duplicate Node names cannot come from an API server; a list that has them is bad input (it
+/// made the plan free the first Node's kept block and assign it again).
+#[test]
+fn duplicate_node_names_are_bad_input() {
+    let list = nodes(
+        &[
+            json!({"podCIDR": "10.244.0.0/24"}),
+            json!({"podCIDR": "10.244.1.0/24"}),
+            json!({}),
+            json!({}),
+        ],
+        &["a", "a", "b", "c"],
+    );
+    let (code, json, stderr) = plan(&list, &["--cluster-cidr=10.244.0.0/16"]);
+    if json.is_object() {
+        assert_no_double_assignment(&json, &[]);
+    }
+    assert_eq!(code, 2, "{json} {stderr}");
+    assert!(
+        stderr.contains("duplicate") && stderr.contains("\"a\""),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn nameless_nodes_are_bad_input() {
+    let mut list = nodes(
+        &[json!({"podCIDR": "10.244.0.0/24"}), json!({}), json!({})],
+        &[],
+    );
+    list["items"][0]["metadata"]
+        .as_object_mut()
+        .expect("metadata")
+        .remove("name");
+    list["items"][1]["metadata"]
+        .as_object_mut()
+        .expect("metadata")
+        .remove("name");
+    let (code, json, stderr) = plan(&list, &["--cluster-cidr=10.244.0.0/16"]);
+    if json.is_object() {
+        assert_no_double_assignment(&json, &[]);
+    }
+    assert_eq!(code, 2, "{json} {stderr}");
+    assert!(stderr.contains("metadata.name"), "{stderr}");
+}
+
+/// A podCIDR larger than the whole cluster CIDR does not lie in it: skipped (out of range), its
+/// overlap (the whole pool) stays reserved.
+#[test]
+fn pod_cidr_larger_than_the_cluster_cidr_is_skipped() {
+    let list = nodes(&[json!({"podCIDR": "10.0.0.0/8"}), json!({})], &[]);
+    let (code, json, stderr) = plan(&list, &["--cluster-cidr=10.244.0.0/16"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(
+        actions(&json),
+        [
+            ("node-0".into(), "skip".into()),
+            ("node-1".into(), "fail".into())
+        ],
+        "{json}"
+    );
+    assert_eq!(json["pools"][0]["free"], 0, "{json}");
+    assert_no_double_assignment(&json, &[]);
+}
+
+/// A Node whose podCIDR overlaps a service CIDR cannot be served correctly (pods would collide
+/// with Service IPs): skipped with a reason, never kept; nothing is assigned over it.
+#[test]
+fn pod_cidr_overlapping_a_service_cidr_is_skipped() {
+    let list = nodes(
+        &[json!({"podCIDR": "10.244.128.0/24"}), json!({}), json!({})],
+        &[],
+    );
+    let (code, json, stderr) = plan(
+        &list,
+        &[
+            "--cluster-cidr=10.244.0.0/16",
+            "--service-cluster-ip-range=10.244.128.0/20",
+        ],
+    );
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(
+        actions(&json)[0],
+        ("node-0".into(), "skip".into()),
+        "{json}"
+    );
+    assert!(
+        json["nodes"][0]["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("service"),
+        "{json}"
+    );
+    assert_no_double_assignment(&json, &["10.244.128.0/20"]);
+}
+
+/// The API server rejects podCIDRs with surrounding whitespace; so does the occupy check (a CNI
+/// would not parse them either).
+#[test]
+fn pod_cidr_with_whitespace_is_invalid() {
+    let list = nodes(
+        &[
+            json!({"podCIDR": " 10.244.0.0/24 ", "podCIDRs": [" 10.244.0.0/24 "]}),
+            json!({}),
+        ],
+        &[],
+    );
+    let (code, json, stderr) = plan(&list, &["--cluster-cidr=10.244.0.0/16"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(
+        actions(&json)[0],
+        ("node-0".into(), "skip".into()),
+        "{json}"
+    );
+}
+
+/// Every other hostile podCIDR shape: exit 0/1, a reason per skipped Node, never a block twice.
+#[test]
+fn hostile_pod_cidrs_never_double_assign() {
+    let cases: Vec<(Vec<Value>, i32)> = vec![
+        (
+            vec![
+                json!({"podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.2.0/24"]}),
+                json!({}),
+            ],
+            1,
+        ),
+        (
+            vec![
+                json!({"podCIDRs": ["10.244.1.0/24", "fd00::/64", "10.244.2.0/24"]}),
+                json!({}),
+                json!({}),
+            ],
+            1,
+        ),
+        (
+            vec![
+                json!({"podCIDRs": ["10.244.1.0/24", "10.244.2.0/24"]}),
+                json!({}),
+                json!({}),
+            ],
+            1,
+        ),
+        (
+            vec![
+                json!({"podCIDRs": ["banana"]}),
+                json!({"podCIDRs": [""]}),
+                json!({}),
+            ],
+            1,
+        ),
+        (
+            vec![
+                json!({"podCIDR": "10.244.0.0/24"}),
+                json!({"podCIDR": "10.244.0.0/24"}),
+                json!({}),
+            ],
+            1,
+        ),
+        (
+            vec![
+                json!({"podCIDR": "10.244.2.0/24"}),
+                json!({"podCIDR": "10.244.2.0/23"}),
+                json!({}),
+                json!({}),
+                json!({}),
+            ],
+            1,
+        ),
+        (
+            vec![
+                json!({"podCIDR": "10.244.3.0/24"}),
+                json!({"podCIDR": "10.244.0.0/16"}),
+                json!({}),
+            ],
+            1,
+        ),
+        (vec![json!({"podCIDR": "fd00::/64"}), json!({})], 1),
+        (
+            vec![json!({"podCIDR": "::ffff:10.244.0.0/120"}), json!({})],
+            1,
+        ),
+        (vec![json!({"podCIDR": "192.168.0.0/24"}), json!({})], 1),
+        (
+            vec![json!({"podCIDR": "10.244.0.5/24"}), json!({}), json!({})],
+            0,
+        ),
+        (
+            vec![
+                json!({"podCIDR": "10.244.0.0/27"}),
+                json!({"podCIDR": "10.244.0.32/27"}),
+                json!({}),
+            ],
+            0,
+        ),
+    ];
+    for (specs, want) in cases {
+        let list = nodes(&specs, &[]);
+        let (code, json, stderr) = plan(
+            &list,
+            &[
+                "--cluster-cidr=10.244.0.0/16",
+                "--service-cluster-ip-range=10.244.128.0/20",
+            ],
+        );
+        assert_eq!(code, want, "{specs:?}: {json} {stderr}");
+        assert_no_double_assignment(&json, &["10.244.128.0/20"]);
+    }
+    // Wrong JSON types in the Node itself are unreadable input.
+    for bad in [
+        json!({"podCIDRs": [42]}),
+        json!({"podCIDRs": [null]}),
+        json!({"podCIDR": {}}),
+    ] {
+        let (code, _, stderr) = plan(
+            &nodes(std::slice::from_ref(&bad), &[]),
+            &["--cluster-cidr=10.244.0.0/16"],
+        );
+        assert_eq!(code, 2, "{bad}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    }
+}
+
+/// 10 000 Nodes that all have podCIDRs: the start-up occupy must not be quadratic-with-sort
+/// (it took about a minute in a debug build).
+#[test]
+fn ten_thousand_nodes_with_pod_cidrs_plan_quickly() {
+    let specs: Vec<Value> = (0..10_000)
+        .map(|i| json!({"podCIDR": format!("10.{}.{}.0/24", i / 256, i % 256)}))
+        .collect();
+    let names: Vec<String> = (0..10_000).map(|i| format!("n{i:05}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let list = nodes(&specs, &names);
+    let started = Instant::now();
+    let (code, json, stderr) = plan(&list, &["--cluster-cidr=10.0.0.0/8"]);
+    let took = started.elapsed();
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(json["pools"][0]["used"], 10_000);
+    assert!(
+        took < Duration::from_secs(20),
+        "plan of 10k Nodes took {took:?}"
+    );
+}
