@@ -16,6 +16,9 @@ pub const DEFAULT_NODE_MASK_SIZE_IPV4: u8 = 24;
 /// Default node CIDR mask size for IPv6 cluster CIDRs, in bits (kube-controller-manager: 64).
 pub const DEFAULT_NODE_MASK_SIZE_IPV6: u8 = 64;
 
+/// `::ffff:0:0/96`, the IPv4-mapped IPv6 range (RFC 4291 §2.5.5.2).
+const IPV4_MAPPED: Cidr = Cidr::from_parts(Family::V6, 0xffff_0000_0000, 96);
+
 /// The node mask size flags as given; `None` (or `Some(0)`, kube-controller-manager's "unset")
 /// means not given.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -78,6 +81,12 @@ pub enum ConfigError {
         index: u8,
         /// Why.
         error: CidrError,
+    },
+    /// A `--cluster-cidr` entry overlaps the IPv4-mapped IPv6 range `::ffff:0:0/96`: Kubernetes
+    /// treats such addresses as IPv4 in some places and IPv6 in others, so they are refused.
+    ClusterCidrIpv4Mapped {
+        /// 0-based position in the comma list.
+        index: u8,
     },
     /// More than two `--cluster-cidr` entries.
     TooManyClusterCidrs {
@@ -144,6 +153,11 @@ impl fmt::Display for ConfigError {
             ConfigError::ClusterCidrInvalid { index, error } => write!(
                 f,
                 "--cluster-cidr entry {} is invalid ({error}); write e.g. --cluster-cidr=10.244.0.0/16,fd00:10:244::/56",
+                index + 1
+            ),
+            ConfigError::ClusterCidrIpv4Mapped { index } => write!(
+                f,
+                "--cluster-cidr entry {} overlaps the IPv4-mapped IPv6 range ::ffff:0:0/96; write an IPv4 range as IPv4 (e.g. 10.244.0.0/16) and pick an IPv6 range outside it",
                 index + 1
             ),
             ConfigError::TooManyClusterCidrs { count } => write!(
@@ -247,6 +261,11 @@ pub fn parse_cluster_cidrs(text: &str) -> Result<Vec<(Cidr, bool), 2>, ConfigErr
         Some((index, error)) => ConfigError::ClusterCidrInvalid { index, error },
         None => ConfigError::TooManyClusterCidrs { count },
     })?;
+    for (index, (cidr, _)) in list.iter().enumerate() {
+        if IPV4_MAPPED.overlaps(cidr) {
+            return Err(ConfigError::ClusterCidrIpv4Mapped { index: index as u8 });
+        }
+    }
     if let [(a, _), (b, _)] = list.as_slice()
         && a.family() == b.family()
     {
@@ -519,6 +538,20 @@ mod tests {
                     cluster_cidr: Cidr::parse("fd00::/32").unwrap(),
                 },
                 "at most 56",
+            ),
+            (
+                "10.0.0.0/8,::ffff:10.0.0.0/104",
+                "",
+                flags(None, None, None),
+                ConfigError::ClusterCidrIpv4Mapped { index: 1 },
+                "--cluster-cidr entry 2 overlaps the IPv4-mapped",
+            ),
+            (
+                "::/0",
+                "",
+                flags(None, None, Some(24)),
+                ConfigError::ClusterCidrIpv4Mapped { index: 0 },
+                "IPv4-mapped",
             ),
             (
                 "10.0.0.0/8",
