@@ -12,8 +12,11 @@ mod harness;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+/// A harness entry point: bytes in, a panic on any disagreement.
+type Target = fn(&[u8]);
+
 /// Each fuzz target, its corpus folder name and the harness entry point.
-const TARGETS: [(&str, fn(&[u8])); 3] = [
+const TARGETS: [(&str, Target); 3] = [
     ("cidr_set_model", harness::run_cidr_set),
     ("pool_model", harness::run_pool),
     ("cidr_parse", harness::run_cidr_parse),
@@ -43,7 +46,7 @@ fn seeds(target: &str) -> Vec<PathBuf> {
     files
 }
 
-fn replay(target: &str, run: fn(&[u8])) {
+fn replay(target: &str, run: Target) {
     let files = seeds(target);
     assert!(
         files.len() >= 3,
@@ -86,14 +89,27 @@ impl SplitMix64 {
     }
 }
 
+/// Characters CIDR and flag text is made of, for the parser's pseudo-random inputs.
+const TEXT_ALPHABET: &[u8] = b"0123456789abcdefABCDEF:./,\n %+-x";
+
 /// A few hundred pseudo-random inputs per target (fixed seed): beyond the corpus, on stable.
+/// Binary inputs for the model targets, text from `TEXT_ALPHABET` for the parser.
 #[test]
 fn pseudo_random_inputs() {
     let mut rng = SplitMix64(0x6e6f_6465_6970_616d);
     for (target, run) in TARGETS {
-        for case in 0..200 {
+        for case in 0..300 {
             let len = (rng.next() % 160) as usize;
-            let data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            let data: Vec<u8> = (0..len)
+                .map(|_| {
+                    let byte = rng.next();
+                    if target == "cidr_parse" {
+                        TEXT_ALPHABET[(byte % TEXT_ALPHABET.len() as u64) as usize]
+                    } else {
+                        byte as u8
+                    }
+                })
+                .collect();
             let outcome = std::panic::catch_unwind(|| run(&data));
             assert!(
                 outcome.is_ok(),
