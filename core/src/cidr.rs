@@ -50,7 +50,9 @@ impl fmt::Display for Family {
 /// `prefix_len` are zero, and `prefix_len` ≤ 32 (IPv4) or ≤ 128 (IPv6).
 ///
 /// Text form (`Display`/`FromStr`): `a.b.c.d/len` or RFC 5952 IPv6 text `x::y/len`, exactly as
-/// Go's `net.IPNet.String()` prints it for the same network.
+/// Go's `net.IPNet.String()` prints it for the same network — except IPv4-mapped IPv6 ranges
+/// (`::ffff:0:0/96`), which print as `::ffff:a.b.c.d/len` where Go prints the IPv4 form; such ranges
+/// are refused as cluster CIDRs (see [`crate::config`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Cidr {
@@ -248,8 +250,8 @@ impl fmt::Display for Cidr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.network() {
             IpAddr::V4(a) => write!(f, "{}/{}", a, self.prefix_len),
-            // Go prints IPv4-mapped IPv6 addresses in dotted form (`::ffff:1.2.3.4`); so does
-            // core::net's Display, so the two agree.
+            // IPv4-mapped addresses print as `::ffff:1.2.3.4` (RFC 5952 §5); Go would print the
+            // IPv4 form. They never reach a set: config refuses them as cluster CIDRs.
             IpAddr::V6(a) => write!(f, "{}/{}", a, self.prefix_len),
         }
     }
