@@ -20,7 +20,8 @@ pub const RANGE_ALLOCATOR: &str = "RangeAllocator";
 /// Default Lease name for leader election (`--leader-elect-resource-name`).
 pub const DEFAULT_LEASE_NAME: &str = "nodeipam-controller";
 
-/// `nodeipam-controller`: the Kubernetes node IPAM controller (range allocator).
+/// The Kubernetes node IPAM controller (range allocator): without a subcommand it runs against the
+/// cluster and assigns spec.podCIDR(s) to Nodes; `plan` shows offline what it would do.
 #[derive(Debug, Parser)]
 #[command(name = "nodeipam-controller", version, about, long_about = None)]
 pub struct Cli {
@@ -38,9 +39,10 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Offline: read a NodeList (`kubectl get nodes -o json`) and show what the controller would
-    /// keep, assign or skip. Exit 0 if every Node is kept or assigned, 1 otherwise, 2 on bad flags
-    /// or input.
+    /// Offline: read a NodeList (`kubectl get nodes -o json`) and show, per Node, whether the
+    /// controller would keep its podCIDRs, assign new ones, skip it (bad or conflicting podCIDRs)
+    /// or fail to serve it (pool exhausted). Exit 0 if every Node is kept or assigned, 1 otherwise,
+    /// 2 on bad flags or input.
     Plan(PlanArgs),
 }
 
@@ -53,9 +55,6 @@ pub struct PlanArgs {
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
-    /// Node IPAM flags (the same as the controller's).
-    #[command(flatten)]
-    pub ipam: IpamFlags,
 }
 
 /// `plan` output format.
@@ -71,28 +70,40 @@ pub enum OutputFormat {
 #[derive(Debug, Clone, Args)]
 pub struct IpamFlags {
     /// CIDR range(s) for pods, comma-separated: one, or one IPv4 and one IPv6 (dual-stack).
-    #[arg(long, value_name = "CIDRS", default_value = "")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "CIDRS",
+        default_value = "",
+        hide_default_value = true
+    )]
     pub cluster_cidr: String,
     /// CIDR range(s) for Services, comma-separated (at most one per family); node blocks that
     /// overlap them are never allocated.
-    #[arg(long, value_name = "CIDRS", default_value = "")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "CIDRS",
+        default_value = "",
+        hide_default_value = true
+    )]
     pub service_cluster_ip_range: String,
     /// Node CIDR mask size (bits) for a single-stack cluster (default 24 for IPv4, 64 for IPv6).
-    #[arg(long, value_name = "BITS")]
+    #[arg(long, global = true, value_name = "BITS")]
     pub node_cidr_mask_size: Option<u8>,
     /// Node CIDR mask size (bits) for the IPv4 cluster CIDR (default 24).
-    #[arg(long, value_name = "BITS")]
+    #[arg(long, global = true, value_name = "BITS")]
     pub node_cidr_mask_size_ipv4: Option<u8>,
     /// Node CIDR mask size (bits) for the IPv6 cluster CIDR (default 64).
-    #[arg(long, value_name = "BITS")]
+    #[arg(long, global = true, value_name = "BITS")]
     pub node_cidr_mask_size_ipv6: Option<u8>,
     /// Whether to allocate pod CIDRs to Nodes (kube-controller-manager defaults to false; this
     /// controller exists to do it, so true).
-    #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set,
+    #[arg(long, global = true, value_name = "BOOL", default_value_t = true, action = ArgAction::Set,
           num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub allocate_node_cidrs: bool,
     /// CIDR allocator type; only `RangeAllocator` is implemented.
-    #[arg(long, value_name = "TYPE", default_value = RANGE_ALLOCATOR, value_parser = parse_allocator_type)]
+    #[arg(long, global = true, value_name = "TYPE", default_value = RANGE_ALLOCATOR, value_parser = parse_allocator_type)]
     pub cidr_allocator_type: String,
 }
 
@@ -118,12 +129,12 @@ pub struct ControllerFlags {
     /// How long a non-leader waits after the last renewal before taking the Lease.
     #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_go_duration)]
     pub leader_elect_lease_duration: Duration,
-    /// How long the leader keeps trying to renew before giving up leadership (must be shorter than
-    /// the lease duration; the Lease is renewed `lease − renew` before it expires).
+    /// How long the leader keeps trying to renew before giving up leadership; must be shorter than
+    /// the lease duration (with the defaults, the leader renews once 5s of its 15s Lease are left).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_go_duration)]
     pub leader_elect_renew_deadline: Duration,
-    /// Wait between attempts to acquire or renew the Lease (accepted for compatibility;
-    /// kube-lease-manager uses its own backoff between conflicts).
+    /// Wait between attempts to acquire or renew the Lease. Accepted for compatibility with
+    /// kube-controller-manager and validated, but not used: retries follow the Lease timing.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_go_duration)]
     pub leader_elect_retry_period: Duration,
     /// Namespace of the leader-election Lease.

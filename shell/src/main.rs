@@ -16,7 +16,7 @@ fn main() -> ExitCode {
     };
     init_tracing();
     let code = match cli.command {
-        Some(Command::Plan(ref args)) => run_plan(args),
+        Some(Command::Plan(ref args)) => run_plan(args, &cli.ipam),
         None => run_controller(&cli),
     };
     ExitCode::from(code)
@@ -51,7 +51,7 @@ fn clap_exit(error: &clap::Error) -> ExitCode {
         })
         .collect::<Vec<_>>()
         .join(" ");
-    eprintln!("{line}");
+    eprintln!("{line} (see --help)");
     ExitCode::from(2)
 }
 
@@ -79,8 +79,14 @@ fn validate(flags: &IpamFlags) -> Result<IpamConfig, Error> {
     Ok(config)
 }
 
-fn run_plan(args: &PlanArgs) -> u8 {
-    let config = match validate(&args.ipam) {
+fn run_plan(args: &PlanArgs, ipam: &IpamFlags) -> u8 {
+    if !ipam.allocate_node_cidrs {
+        eprintln!(
+            "error: plan shows what the controller would allocate; it has nothing to show with --allocate-node-cidrs=false"
+        );
+        return 2;
+    }
+    let config = match validate(ipam) {
         Ok(config) => config,
         Err(e) => return fail(&e),
     };

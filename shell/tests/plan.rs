@@ -424,3 +424,35 @@ fn invalid_node_list_exits_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid NodeList"));
 }
+
+/// IPAM flags are global: given before `plan` they count the same as after it.
+#[test]
+fn ipam_flags_before_the_subcommand_count() {
+    let path = fixture("05-aws-4nodes-no-podcidr.json");
+    let before = run(&["--cluster-cidr=10.244.0.0/16", "plan", "-o", "json", &path]);
+    let after = run(&["plan", "-o", "json", "--cluster-cidr=10.244.0.0/16", &path]);
+    assert_eq!(
+        before.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&before.stderr)
+    );
+    assert_eq!(before.stdout, after.stdout);
+}
+
+/// `plan` has nothing to show when allocation is off: a clear exit 2, not a misleading plan.
+#[test]
+fn plan_refuses_allocation_off() {
+    let path = fixture("05-aws-4nodes-no-podcidr.json");
+    let out = run(&[
+        "plan",
+        "--cluster-cidr=10.244.0.0/16",
+        "--allocate-node-cidrs=false",
+        &path,
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("--allocate-node-cidrs=false"), "{stderr}");
+    assert!(out.stdout.is_empty());
+}
