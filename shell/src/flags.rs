@@ -23,7 +23,12 @@ pub const DEFAULT_LEASE_NAME: &str = "nodeipam-controller";
 /// The Kubernetes node IPAM controller (range allocator): without a subcommand it runs against the
 /// cluster and assigns spec.podCIDR(s) to Nodes; `plan` shows offline what it would do.
 #[derive(Debug, Parser)]
-#[command(name = "nodeipam-controller", version, about, long_about = None)]
+#[command(
+    name = "nodeipam-controller",
+    version,
+    about = "Kubernetes node IPAM controller: without a subcommand, runs against the cluster and assigns spec.podCIDR(s) to Nodes; `plan` shows offline what it would do.",
+    long_about = None
+)]
 pub struct Cli {
     /// `plan` runs offline; without a subcommand the controller runs against the cluster.
     #[command(subcommand)]
