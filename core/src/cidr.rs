@@ -90,24 +90,11 @@ impl Cidr {
     /// - [`CidrError::HostBitsSet`] if `addr` has bits set past `prefix_len` (use
     ///   [`Cidr::new_masked`] to clear them instead).
     pub const fn new(addr: IpAddr, prefix_len: u8) -> Result<Cidr, CidrError> {
-        let family = Family::of(&addr);
-        let width = family.max_prefix_len();
-        if prefix_len > width {
-            return Err(CidrError::InvalidPrefixLen {
-                prefix_len,
-                max: width,
-            });
+        match Cidr::new_masked(addr, prefix_len) {
+            Ok(cidr) if cidr.network == addr_bits(&addr) => Ok(cidr),
+            Ok(_) => Err(CidrError::HostBitsSet),
+            Err(error) => Err(error),
         }
-        let bits = addr_bits(&addr);
-        let network = bits & mask_bits(width, prefix_len);
-        if network != bits {
-            return Err(CidrError::HostBitsSet);
-        }
-        Ok(Cidr {
-            family,
-            network,
-            prefix_len,
-        })
     }
 
     /// Builds a CIDR from any address in it and a prefix length, clearing the host bits — what Go's
