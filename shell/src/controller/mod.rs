@@ -21,6 +21,7 @@
 //! # Ok(()) }
 //! ```
 
+mod backoff;
 mod health;
 mod limiter;
 mod queue;

@@ -1,11 +1,10 @@
 //! The pipeline: watcher task (list+watch → store → queue) and allocator task (queue → decide →
 //! PATCH/events/metrics). The allocator task is the only code that writes.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
@@ -17,6 +16,7 @@ use nodeipam_core::Cidr;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use super::backoff::RetryBackoff;
 use super::{CONTROLLER_NAME, ControllerConfig, Health, RunSummary, WorkQueue, WriteLimiter};
 use crate::reconcile::{Action, Allocator, Decision, EventKind, EventSpec, MetricEvent, NodeView};
 use crate::{Error, metric_names, metrics as m};
@@ -64,12 +64,7 @@ pub(super) async fn pipeline(
         limiter: WriteLimiter::new(config.kube_api_qps, config.kube_api_burst),
         health: config.health.clone(),
         request_timeout: config.request_timeout,
-        backoff: ExponentialBuilder::default()
-            .with_min_delay(config.retry_min_delay)
-            .with_max_delay(config.retry_max_delay)
-            .with_factor(2.0)
-            .without_max_times(),
-        attempts: HashMap::new(),
+        backoff: RetryBackoff::new(config.retry_min_delay, config.retry_max_delay),
         waiting: BTreeSet::new(),
         retries: JoinSet::new(),
         startup_events: startup_events.clone(),
@@ -219,9 +214,8 @@ struct Worker {
     limiter: WriteLimiter,
     health: Health,
     request_timeout: Duration,
-    backoff: ExponentialBuilder,
     /// Per-Node retry delays (reset on success).
-    attempts: HashMap<String, ExponentialBackoff>,
+    backoff: RetryBackoff,
     /// Nodes waiting for a free block (re-queued as soon as one is released).
     waiting: BTreeSet<String>,
     retries: JoinSet<()>,
@@ -251,7 +245,7 @@ impl Worker {
     async fn reconcile(&mut self, name: &str) {
         let Some(node) = self.store.get(&ObjectRef::new(name)) else {
             let decision = lock(&self.allocator).remove(name);
-            self.attempts.remove(name);
+            self.backoff.reset(name);
             self.waiting.remove(name);
             self.finish(name, None, decision).await;
             return;
@@ -278,7 +272,7 @@ impl Worker {
                 self.retry_later(name);
             }
             _ => {
-                self.attempts.remove(name);
+                self.backoff.reset(name);
                 self.waiting.remove(name);
             }
         }
@@ -308,7 +302,7 @@ impl Worker {
                     self.finish(name, Some(&updated), decision).await;
                 }
                 tracing::info!(node = %name, pod_cidrs = ?view.raw_pod_cidrs(), "assigned pod CIDRs");
-                self.attempts.remove(name);
+                self.backoff.reset(name);
                 self.waiting.remove(name);
                 return;
             }
@@ -331,7 +325,7 @@ impl Worker {
                     // Ours landed, or someone else set them: occupy what the Node has.
                     let decision = lock(&self.allocator).decide(&view);
                     self.finish(name, Some(&current), decision).await;
-                    self.attempts.remove(name);
+                    self.backoff.reset(name);
                 } else {
                     // Definite failure: give the block back, report, retry later.
                     let decision = lock(&self.allocator).abort(name);
@@ -352,7 +346,7 @@ impl Worker {
             Ok(Ok(None)) => {
                 let decision = lock(&self.allocator).remove(name);
                 self.finish(name, None, decision).await;
-                self.attempts.remove(name);
+                self.backoff.reset(name);
             }
             Ok(Err(error)) => {
                 tracing::warn!(node = %name, %error, "re-reading the Node failed; keeping the reservation and retrying");
@@ -388,7 +382,7 @@ impl Worker {
             let waiting = std::mem::take(&mut self.waiting);
             for waiter in waiting {
                 if waiter != name {
-                    self.attempts.remove(&waiter);
+                    self.backoff.reset(&waiter);
                     let queue = self.queue.clone();
                     self.retries.spawn(async move { queue.push(waiter).await });
                 }
@@ -425,18 +419,81 @@ impl Worker {
 
     /// Re-queues `name` after its next backoff delay.
     fn retry_later(&mut self, name: &str) {
-        let backoff = self
-            .attempts
-            .entry(name.to_owned())
-            .or_insert_with(|| self.backoff.build());
-        let delay = backoff.next().unwrap_or(Duration::from_secs(30));
+        let delay = self.backoff.next_delay(name);
         metrics::counter!(metric_names::WORKQUEUE_RETRIES_TOTAL).increment(1);
         tracing::debug!(node = %name, ?delay, "retrying later");
         let queue = self.queue.clone();
         let name = name.to_owned();
-        self.retries.spawn(async move {
-            tokio::time::sleep(delay).await;
-            queue.push(name).await;
-        });
+        self.retries
+            .spawn(async move { queue.push_after(name, delay).await });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::time::Instant;
+
+    use super::*;
+
+    /// A worker whose client points nowhere: `retry_later` never talks to the API.
+    fn worker(retry_min_delay: Duration, retry_max_delay: Duration) -> Worker {
+        let ipam = nodeipam_core::config::validate("10.244.0.0/16", "", Default::default())
+            .expect("valid config");
+        let client = super::super::client_for_url("http://127.0.0.1:9").expect("client");
+        let (store, _writer) = reflector::store::<Node>();
+        Worker {
+            api: Api::all(client.clone()),
+            store,
+            allocator: Arc::new(Mutex::new(Allocator::new(&ipam).expect("pool"))),
+            queue: Arc::new(WorkQueue::new()),
+            recorder: Recorder::new(
+                client,
+                Reporter {
+                    controller: CONTROLLER_NAME.to_owned(),
+                    instance: None,
+                },
+            ),
+            limiter: WriteLimiter::new(1.0, 1),
+            health: Health::new(),
+            request_timeout: Duration::from_secs(10),
+            backoff: RetryBackoff::new(retry_min_delay, retry_max_delay),
+            waiting: BTreeSet::new(),
+            retries: JoinSet::new(),
+            startup_events: Arc::default(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_are_requeued_on_a_capped_exponential_schedule() {
+        let second = Duration::from_secs(1);
+        let mut worker = worker(second, second * 8);
+        let start = Instant::now();
+        let mut due = Duration::ZERO;
+        for delay in [1, 2, 4, 8, 8] {
+            worker.retry_later("node-a");
+            assert_eq!(worker.queue.pop().await, "node-a");
+            due += second * delay;
+            assert_eq!(start.elapsed(), due, "retry after {delay}s");
+        }
+        // What every success path does: the next failure starts over at the minimum.
+        worker.backoff.reset("node-a");
+        worker.retry_later("node-a");
+        assert_eq!(worker.queue.pop().await, "node-a");
+        assert_eq!(start.elapsed(), due + second);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_node_retries_on_its_own_schedule() {
+        let second = Duration::from_secs(1);
+        let mut worker = worker(second, second * 60);
+        worker.retry_later("node-a"); // 1 s
+        assert_eq!(worker.queue.pop().await, "node-a");
+        let start = Instant::now();
+        worker.retry_later("node-a"); // 2 s
+        worker.retry_later("node-b"); // 1 s: its first failure
+        assert_eq!(worker.queue.pop().await, "node-b");
+        assert_eq!(start.elapsed(), second);
+        assert_eq!(worker.queue.pop().await, "node-a");
+        assert_eq!(start.elapsed(), second * 2);
     }
 }
