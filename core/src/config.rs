@@ -46,9 +46,13 @@ pub struct ClusterCidrConfig {
 }
 
 impl ClusterCidrConfig {
-    /// Number of node blocks: 2^(node mask size − cluster prefix length) (≤ 2^24 once validated).
+    /// Number of node blocks: 2^(node mask size − cluster prefix length), clamped to 1 ..= 2^24
+    /// (the fields are public, so a hand-built value may be out of range; this never panics).
     pub fn block_count(&self) -> u32 {
-        1u32 << (self.node_mask_size - self.cluster_cidr.prefix_len()).min(MAX_BLOCK_BITS)
+        1u32 << self
+            .node_mask_size
+            .saturating_sub(self.cluster_cidr.prefix_len())
+            .min(MAX_BLOCK_BITS)
     }
 }
 
@@ -602,5 +606,15 @@ mod tests {
             Cidr::parse("10.96.0.0/12").unwrap()
         );
         assert_eq!(config.cluster_cidrs[0].block_count(), 256);
+        let hand_built = ClusterCidrConfig {
+            cluster_cidr: Cidr::parse("10.0.0.0/16").unwrap(),
+            node_mask_size: 8,
+            host_bits_were_set: false,
+        };
+        assert_eq!(
+            hand_built.block_count(),
+            1,
+            "out-of-range fields clamp, never panic"
+        );
     }
 }
