@@ -282,31 +282,10 @@ mod tests {
     use super::*;
     use core::fmt::Write;
 
-    struct Buf {
-        bytes: [u8; 64],
-        len: usize,
-    }
-    impl Write for Buf {
-        fn write_str(&mut self, s: &str) -> fmt::Result {
-            let end = self.len + s.len();
-            if end > self.bytes.len() {
-                return Err(fmt::Error);
-            }
-            self.bytes[self.len..end].copy_from_slice(s.as_bytes());
-            self.len = end;
-            Ok(())
-        }
-    }
-    fn show(c: &Cidr) -> Buf {
-        let mut b = Buf {
-            bytes: [0; 64],
-            len: 0,
-        };
-        write!(b, "{c}").unwrap();
-        b
-    }
-    fn text(b: &Buf) -> &str {
-        core::str::from_utf8(&b.bytes[..b.len]).unwrap()
+    fn show(c: &Cidr) -> heapless::String<64> {
+        let mut text = heapless::String::new();
+        write!(text, "{c}").unwrap();
+        text
     }
 
     #[test]
@@ -323,7 +302,7 @@ mod tests {
         ];
         for (input, canonical) in cases {
             let c = Cidr::parse(input).unwrap();
-            assert_eq!(text(&show(&c)), canonical, "{input}");
+            assert_eq!(show(&c).as_str(), canonical, "{input}");
             assert_eq!(Cidr::parse(canonical).unwrap(), c);
         }
     }

@@ -13,7 +13,7 @@
 #![no_main]
 #![deny(unsafe_code)]
 
-use core::fmt::{self, Write};
+use core::fmt::Write;
 use core::panic::PanicInfo;
 
 use nodeipam_core::config::validate;
@@ -31,35 +31,6 @@ const _: () = assert!(
     "CidrSet<[u64; N]> should be its bitmap plus at most 128 bytes of header"
 );
 
-/// A `fmt::Write` into a fixed stack buffer.
-struct StackText {
-    bytes: [u8; 64],
-    len: usize,
-}
-
-impl StackText {
-    fn new() -> Self {
-        StackText {
-            bytes: [0; 64],
-            len: 0,
-        }
-    }
-
-    fn as_bytes(&self) -> &[u8] {
-        self.bytes.get(..self.len).unwrap_or(&[])
-    }
-}
-
-impl Write for StackText {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        let end = self.len + s.len();
-        let slot = self.bytes.get_mut(self.len..end).ok_or(fmt::Error)?;
-        slot.copy_from_slice(s.as_bytes());
-        self.len = end;
-        Ok(())
-    }
-}
-
 /// `Ok` if `condition`, else the check's exit code.
 fn check(condition: bool, code: u8) -> Result<(), u8> {
     if condition { Ok(()) } else { Err(code) }
@@ -70,9 +41,9 @@ fn cidr(text: &str, code: u8) -> Result<Cidr, u8> {
 }
 
 fn shows_as(value: &Cidr, text: &str, code: u8) -> Result<(), u8> {
-    let mut shown = StackText::new();
+    let mut shown: heapless::String<64> = heapless::String::new();
     write!(shown, "{value}").map_err(|_| code)?;
-    check(shown.as_bytes() == text.as_bytes(), code)
+    check(shown.as_str() == text, code)
 }
 
 /// The checks; `Err(code)` names the first that failed (codes 1–29).

@@ -178,44 +178,7 @@ fn span(cidr: &Cidr) -> (u128, u128) {
 }
 
 /// A `fmt::Write` into a fixed stack buffer (no allocation), failing when full.
-pub struct StackText {
-    bytes: [u8; 96],
-    len: usize,
-}
-
-impl StackText {
-    /// An empty buffer.
-    pub fn new() -> Self {
-        StackText {
-            bytes: [0; 96],
-            len: 0,
-        }
-    }
-
-    /// The text written so far.
-    pub fn as_str(&self) -> &str {
-        match std::str::from_utf8(&self.bytes[..self.len]) {
-            Ok(text) => text,
-            Err(error) => panic!("Display wrote invalid UTF-8: {error}"),
-        }
-    }
-}
-
-impl Default for StackText {
-    fn default() -> Self {
-        StackText::new()
-    }
-}
-
-impl Write for StackText {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        let end = self.len + s.len();
-        let slot = self.bytes.get_mut(self.len..end).ok_or(fmt::Error)?;
-        slot.copy_from_slice(s.as_bytes());
-        self.len = end;
-        Ok(())
-    }
-}
+pub type StackText = heapless::String<96>;
 
 /// A `fmt::Write` that only counts bytes (to exercise `Display` of errors of any length).
 struct CountingSink(usize);
