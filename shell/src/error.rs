@@ -17,9 +17,15 @@ pub enum Error {
     /// cluster CIDR).
     #[error("--service-cluster-ip-range: {0}")]
     Pool(#[source] AllocError),
-    /// The Kubernetes client could not be configured (kubeconfig, in-cluster, `--master`).
-    #[error("Kubernetes client configuration: {0}")]
-    ClientConfig(String),
+    /// The Kubernetes client could not be configured (kubeconfig, in-cluster, `--master`): a
+    /// missing or unreadable file, a server URL that is not `http(s)://host[:port]`, …
+    #[error("Kubernetes client configuration: {origin}: {message}")]
+    ClientConfig {
+        /// The flag or file the configuration came from (e.g. `--master`).
+        origin: String,
+        /// What is wrong.
+        message: String,
+    },
     /// A Kubernetes API request failed.
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
@@ -42,12 +48,26 @@ pub enum Error {
     #[error("invalid NodeList: {0}")]
     InvalidNodeList(String),
     /// A listener (metrics, health) could not be started.
-    #[error("cannot listen on {address}: {message}")]
+    #[error("cannot listen on {address}: {source}")]
     Listen {
         /// The address.
         address: String,
         /// Why.
-        message: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The metrics recorder could not be installed (another one already is).
+    #[error("cannot install the metrics recorder: {0}")]
+    Metrics(String),
+    /// A long-lived task (informer, workers, leader election, probe server) stopped or panicked
+    /// while the controller was running: the process exits non-zero rather than live on
+    /// half-alive.
+    #[error("{task} stopped unexpectedly: {reason}")]
+    TaskFailed {
+        /// Which task.
+        task: &'static str,
+        /// What happened (its error, or the panic message).
+        reason: String,
     },
 }
 
@@ -57,26 +77,40 @@ impl Error {
         match self {
             Error::Config(_) | Error::Flag(_) => "config",
             Error::Pool(_) => "pool",
-            Error::ClientConfig(_) => "client_config",
+            Error::ClientConfig { .. } => "client_config",
             Error::Kube(_) => "kube_api",
             Error::LeaderElection(_) => "leader_election",
             Error::LeadershipLost => "leadership_lost",
             Error::Read { .. } => "read",
             Error::InvalidNodeList(_) => "invalid_node_list",
             Error::Listen { .. } => "listen",
+            Error::Metrics(_) => "metrics",
+            Error::TaskFailed { .. } => "task_failed",
         }
     }
 
-    /// The process exit status for this error: 2 for bad flags or input (kube-controller-manager
-    /// and `plan` convention), 1 otherwise.
+    /// The process exit status for this error: 2 for bad flags or input — including a client
+    /// configuration that cannot work (kube-controller-manager and `plan` convention) — 1
+    /// otherwise.
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Config(_)
             | Error::Flag(_)
             | Error::Pool(_)
+            | Error::ClientConfig { .. }
             | Error::Read { .. }
             | Error::InvalidNodeList(_) => 2,
             _ => 1,
+        }
+    }
+}
+
+impl Error {
+    /// A [`Error::ClientConfig`] from `origin` (a flag or file) and what is wrong with it.
+    pub fn client_config(origin: impl Into<String>, message: impl Into<String>) -> Error {
+        Error::ClientConfig {
+            origin: origin.into(),
+            message: message.into(),
         }
     }
 }

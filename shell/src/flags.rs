@@ -127,8 +127,11 @@ pub struct ControllerFlags {
     /// Burst of write requests allowed above `--kube-api-qps` (token bucket size).
     #[arg(long, value_name = "N", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..))]
     pub kube_api_burst: u32,
-    /// Acquire a `coordination.k8s.io/v1` Lease before allocating; only the holder allocates.
-    #[arg(long, value_name = "BOOL", default_value_t = false, action = ArgAction::Set,
+    /// Acquire a `coordination.k8s.io/v1` Lease before allocating; only the holder allocates
+    /// (kube-controller-manager's default, so two replicas never allocate at once).
+    /// `--leader-elect=false` runs without one: then no write starts until one request timeout
+    /// after start-up, so that a write of a previous process cannot land after ours.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set,
           num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub leader_elect: bool,
     /// How long a non-leader waits after the last renewal before taking the Lease.
@@ -138,8 +141,8 @@ pub struct ControllerFlags {
     /// the lease duration (with the defaults, the leader renews once 5s of its 15s Lease are left).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_go_duration)]
     pub leader_elect_renew_deadline: Duration,
-    /// Wait between attempts to acquire or renew the Lease. Accepted for compatibility with
-    /// kube-controller-manager and validated, but not used: retries follow the Lease timing.
+    /// Wait between attempts to acquire or renew the Lease: a standby takes a released Lease
+    /// within one retry period.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_go_duration)]
     pub leader_elect_retry_period: Duration,
     /// Namespace of the leader-election Lease.
@@ -148,6 +151,10 @@ pub struct ControllerFlags {
     /// Name of the leader-election Lease.
     #[arg(long, value_name = "NAME", default_value = DEFAULT_LEASE_NAME)]
     pub leader_elect_resource_name: String,
+    /// Concurrent writes of spec.podCIDR(s) (kube-controller-manager's range allocator runs 30
+    /// `cidrUpdateWorkers`). One slow or hung request holds one worker, not the controller.
+    #[arg(long, value_name = "N", default_value_t = 30, value_parser = parse_workers)]
+    pub node_cidr_update_workers: usize,
     /// Address for Prometheus metrics (`/metrics`); `0` disables.
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080", value_parser = parse_bind_address)]
     pub metrics_bind_address: BindAddress,
@@ -228,6 +235,13 @@ fn parse_allocator_type(text: &str) -> Result<String, String> {
         Ok(text.to_owned())
     } else {
         Err(format!("only {RANGE_ALLOCATOR} is supported"))
+    }
+}
+
+fn parse_workers(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if (1..=1000).contains(&n) => Ok(n),
+        _ => Err("must be a whole number from 1 to 1000".to_owned()),
     }
 }
 
@@ -330,7 +344,11 @@ mod tests {
         assert_eq!(cli.ipam.cidr_allocator_type, RANGE_ALLOCATOR);
         assert_eq!(cli.controller.kube_api_qps, 20.0);
         assert_eq!(cli.controller.kube_api_burst, 30);
-        assert!(!cli.controller.leader_elect);
+        assert!(
+            cli.controller.leader_elect,
+            "kube-controller-manager elects a leader by default"
+        );
+        assert_eq!(cli.controller.node_cidr_update_workers, 30);
         assert_eq!(
             cli.controller.leader_elect_lease_duration,
             Duration::from_secs(15)
@@ -374,6 +392,8 @@ mod tests {
             vec!["--node-cidr-mask-size=300"],
             vec!["--leader-elect-lease-duration=soon"],
             vec!["--metrics-bind-address=nowhere"],
+            vec!["--node-cidr-update-workers=0"],
+            vec!["--node-cidr-update-workers=lots"],
         ] {
             let argv = std::iter::once("nodeipam-controller").chain(args.iter().copied());
             assert!(Cli::try_parse_from(argv).is_err(), "{args:?}");

@@ -132,6 +132,7 @@ fn run_controller(cli: &Cli) -> u8 {
     } else {
         None
     };
+    controller::install_panic_hook();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -143,42 +144,79 @@ fn run_controller(cli: &Cli) -> u8 {
         }
     };
     runtime.block_on(async move {
-        if let Some(address) = flags.metrics_bind_address.0
-            && let Err(e) = nodeipam::metrics::install_exporter(address)
-        {
-            return fail(&e);
+        let health = controller::Health::new();
+        let mut servers = tokio::task::JoinSet::new();
+        if let Some(address) = flags.metrics_bind_address.0 {
+            let handle = match nodeipam::metrics::install_recorder() {
+                Ok(handle) => handle,
+                Err(e) => return fail(&e),
+            };
+            let listener = match tokio::net::TcpListener::bind(address).await {
+                Ok(listener) => listener,
+                Err(source) => {
+                    return fail(&Error::Listen {
+                        address: address.to_string(),
+                        source,
+                    });
+                }
+            };
+            let upkeep = handle.clone();
+            servers.spawn(async move {
+                loop {
+                    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+                    upkeep.run_upkeep();
+                }
+            });
+            let router = controller::metrics_router(handle);
+            servers.spawn(async move {
+                let result =
+                    controller::serve_router(listener, router, std::future::pending()).await;
+                tracing::error!(?result, "the metrics server stopped");
+            });
+        }
+        if let Some(address) = flags.health_probe_bind_address.0 {
+            let listener = match tokio::net::TcpListener::bind(address).await {
+                Ok(listener) => listener,
+                Err(source) => {
+                    return fail(&Error::Listen {
+                        address: address.to_string(),
+                        source,
+                    });
+                }
+            };
+            let probes = health.clone();
+            servers.spawn(async move {
+                let result = controller::serve_health(listener, probes, std::future::pending()).await;
+                tracing::error!(?result, "the health probe server stopped");
+            });
         }
         let Some(ipam) = ipam else {
             tracing::info!("--allocate-node-cidrs=false: not allocating; waiting for a signal");
-            shutdown_signal().await;
-            return 0;
-        };
-        let config = ControllerConfig::from_flags(ipam, flags);
-        if let Some(address) = flags.health_probe_bind_address.0 {
-            match tokio::net::TcpListener::bind(address).await {
-                Ok(listener) => {
-                    let health = config.health.clone();
-                    tokio::spawn(async move {
-                        if let Err(e) =
-                            controller::serve_health(listener, health, std::future::pending()).await
-                        {
-                            tracing::error!(error = %e, "health probe server failed");
-                        }
-                    });
-                }
-                Err(e) => {
-                    return fail(&Error::Listen {
-                        address: address.to_string(),
-                        message: e.to_string(),
-                    });
+            health.set_ready(true);
+            tokio::select! {
+                () = shutdown_signal() => return 0,
+                _ = servers.join_next(), if !servers.is_empty() => {
+                    return fail(&Error::TaskFailed { task: "the probe or metrics server", reason: "stopped".to_owned() });
                 }
             }
-        }
+        };
         let client = match controller::client_from_flags(flags).await {
             Ok(client) => client,
             Err(e) => return fail(&e),
         };
-        match controller::run(config, client, shutdown_signal()).await {
+        let mut config = ControllerConfig::from_flags(ipam, flags);
+        config.health = health.clone();
+        let controller = controller::run(config, client, shutdown_signal());
+        tokio::pin!(controller);
+        let result = tokio::select! {
+            result = &mut controller => result,
+            _ = servers.join_next(), if !servers.is_empty() => {
+                let error = Error::TaskFailed { task: "the probe or metrics server", reason: "stopped".to_owned() };
+                health.set_failed(error.to_string());
+                Err(error)
+            }
+        };
+        match result {
             Ok(summary) => {
                 for pool in &summary.pools {
                     tracing::info!(

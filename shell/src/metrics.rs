@@ -1,10 +1,8 @@
 //! Applying [`MetricEvent`]s and pool gauges to the `metrics` facade, and installing the
 //! Prometheus exporter. Names and buckets: [`crate::metric_names`].
 
-use std::net::SocketAddr;
-
 use metrics::{counter, gauge, histogram};
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::Error;
 use crate::metric_names as m;
@@ -24,20 +22,17 @@ pub fn prometheus_builder() -> PrometheusBuilder {
     }
 }
 
-/// Installs the global recorder and serves `/metrics` on `address` (needs a tokio runtime).
+/// Installs the process-wide recorder; its handle renders the Prometheus text (served by the
+/// controller's own `/metrics` route, see `controller::metrics_router`).
 ///
 /// # Errors
-/// [`Error::Listen`] if the exporter cannot be installed or bound.
-pub fn install_exporter(address: SocketAddr) -> Result<(), Error> {
-    prometheus_builder()
-        .with_http_listener(address)
-        .install()
-        .map_err(|e| Error::Listen {
-            address: address.to_string(),
-            message: e.to_string(),
-        })?;
+/// [`Error::Metrics`] if a recorder is installed already.
+pub fn install_recorder() -> Result<PrometheusHandle, Error> {
+    let recorder = prometheus_builder().build_recorder();
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder).map_err(|e| Error::Metrics(e.to_string()))?;
     describe();
-    Ok(())
+    Ok(handle)
 }
 
 /// Registers help texts for our metrics with the installed recorder.
@@ -83,7 +78,7 @@ pub fn describe() {
     );
     describe_counter!(
         m::PATCH_FAILURES_TOTAL,
-        "Failed PATCHes of spec.podCIDR(s)."
+        "PATCHes of spec.podCIDR(s) that did not succeed, by outcome (label error)."
     );
 }
 
@@ -113,6 +108,9 @@ pub fn apply(event: &MetricEvent) {
         }
         MetricEvent::NodeSkipped { kind } => {
             counter!(m::SKIPPED_NODES_TOTAL, m::LABEL_REASON => kind.metric_label()).increment(1);
+        }
+        MetricEvent::PatchFailed { error } => {
+            counter!(m::PATCH_FAILURES_TOTAL, m::LABEL_ERROR => error).increment(1);
         }
     }
 }

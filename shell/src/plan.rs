@@ -183,9 +183,11 @@ fn entry(view: &NodeView, action: Action) -> PlanNode {
         Action::Skip { reason } => (view.raw_pod_cidrs(), "skip", Some(reason)),
         Action::Fail { reason } => (Vec::new(), "fail", Some(reason)),
         Action::Released { .. } => (Vec::new(), "fail", Some("released".to_owned())),
+        // plan assumes every write succeeds, so this does not occur.
+        Action::KeepTrying { pod_cidrs, reason } => (texts(&pod_cidrs), "assign", Some(reason)),
     };
     PlanNode {
-        name: view.name.clone(),
+        name: view.name.to_string(),
         pod_cidrs,
         action,
         reason,

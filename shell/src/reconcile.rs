@@ -1,19 +1,32 @@
-//! The decision logic, pure and synchronous: an index of Nodes → the pod CIDRs they hold, plus the
-//! [`Pool`]. Each call takes plain data (a [`NodeView`]) and returns a [`Decision`]: the action,
-//! the strategic-merge patch to send (if any), the events and the metric updates. The controller
-//! is the only code that holds a client; it applies decisions (linkerd policy-controller style).
+//! The decision logic, pure and synchronous: an index of Nodes → the pod CIDRs reserved for them,
+//! plus the [`Pool`]. Each call takes plain data (a [`NodeView`], or a [`PatchOutcome`]) and
+//! returns a [`Decision`]: the action, the strategic-merge patch to send (if any), the events, the
+//! metric updates and what to do next. The controller is the only code that holds a client; it
+//! applies decisions (linkerd policy-controller style).
 //!
-//! Rules (kube-controller-manager's range allocator, with the fixes of DESIGN.md §2):
+//! Rules (kube-controller-manager's range allocator, `pkg/controller/nodeipam/ipam/range_allocator.go`,
+//! with the fixes listed in README "Where we differ"):
 //! - at start-up every existing podCIDR is occupied before anything is allocated
-//!   ([`Allocator::startup_occupy`]);
+//!   ([`Allocator::startup_occupy`]); upstream once handed out 27 duplicates in an 800-Node cluster
+//!   by allocating first;
 //! - a Node whose podCIDRs cannot be occupied is **skipped** with a Warning event and a metric,
 //!   never fatal; whatever part of its ranges overlaps a cluster CIDR stays reserved;
 //! - a Node without podCIDRs gets one block per cluster CIDR, all or nothing, held as *pending*
-//!   until the PATCH is confirmed ([`Allocator::confirm`]) or abandoned ([`Allocator::abort`]);
+//!   until the API server is known to have applied the PATCH, or known never to apply it
+//!   ([`Allocator::patch_outcome`]). Every PATCH names the Node object it was decided for
+//!   (`metadata.uid`), so it can never land on a later Node of the same name;
+//! - **an unknown outcome never releases** (a timeout, a dropped connection, a 5xx): the API
+//!   server may still apply the write after the client gave up, so the block stays reserved and
+//!   the same CIDRs are sent again until the outcome is definite: the Node shows them (done), the
+//!   Node shows other podCIDRs (podCIDRs are immutable once set, so ours can never land: release),
+//!   the Node object is gone (release), or the server refuses the write for good (422: release).
+//!   Upstream keeps the reservation only for a server timeout and releases on a client timeout;
 //! - when a Node is gone its blocks are released, except blocks that another Node's podCIDR (or a
 //!   service CIDR) still overlaps.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use nodeipam_core::{AllocError, Cidr, CidrSet, IpamConfig, Pool, storage_words_for};
@@ -21,18 +34,26 @@ use serde_json::{Value, json};
 
 use crate::reasons;
 
+/// A Node name, shared between the allocator's index, the informer cache and the work queue (one
+/// allocation per Node name, however many places refer to it).
+pub type NodeName = Arc<str>;
+
+/// Upstream's `cidrUpdateRetries`: after this many failed PATCHes in a row a `CIDRAssignmentFailed`
+/// event is published (every failure is logged and counted).
+pub const FAILED_PATCHES_BEFORE_EVENT: u32 = 3;
+
 /// What the decision logic needs from a Node.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeView {
     /// `metadata.name`.
-    pub name: String,
+    pub name: NodeName,
     /// `spec.podCIDR` text, if set.
     pub pod_cidr: Option<String>,
     /// `spec.podCIDRs` texts (empty if unset; pre-1.16 Nodes have only `podCIDR`).
     pub pod_cidrs: Vec<String>,
     /// Whether `metadata.deletionTimestamp` is set.
     pub deleting: bool,
-    /// `metadata.uid`, to tell a re-created Node from a stale view of the same one.
+    /// `metadata.uid`: which Node object this is (a re-created Node of the same name has another).
     pub uid: Option<String>,
 }
 
@@ -41,7 +62,7 @@ impl NodeView {
     pub fn from_node(node: &Node) -> NodeView {
         let spec = node.spec.as_ref();
         NodeView {
-            name: node.metadata.name.clone().unwrap_or_default(),
+            name: node.metadata.name.as_deref().unwrap_or_default().into(),
             pod_cidr: spec
                 .and_then(|s| s.pod_cidr.clone())
                 .filter(|s| !s.is_empty()),
@@ -64,6 +85,14 @@ impl NodeView {
     /// Whether the Node has any podCIDR set.
     pub fn has_pod_cidrs(&self) -> bool {
         self.pod_cidr.is_some() || !self.pod_cidrs.is_empty()
+    }
+
+    /// The podCIDRs parsed (Go-style: host bits allowed), or `None` if any is not a CIDR.
+    fn parsed_pod_cidrs(&self) -> Option<Vec<Cidr>> {
+        self.raw_pod_cidrs()
+            .iter()
+            .map(|t| Cidr::parse_masked(t).ok().map(|(c, _)| c))
+            .collect()
     }
 }
 
@@ -121,11 +150,36 @@ pub enum Action {
         /// One sentence saying why.
         reason: String,
     },
-    /// The Node's reservation was released (Node gone, or patch abandoned).
+    /// The Node's reservation was released (Node gone, or a write that can never apply).
     Released {
         /// The CIDRs that were held for it.
         pod_cidrs: Vec<Cidr>,
     },
+    /// A PATCH did not get a definite answer, or was refused for now: the reservation is kept
+    /// and the same CIDRs are sent again ([`Decision::next`] says when).
+    KeepTrying {
+        /// The CIDRs reserved for the Node.
+        pod_cidrs: Vec<Cidr>,
+        /// One sentence saying what happened.
+        reason: String,
+    },
+}
+
+/// What the controller does with a Node after applying a decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Nothing until the Node changes.
+    Done,
+    /// Read the Node from the API server (GET) and decide again on what it shows
+    /// ([`Allocator::decide`], or [`Allocator::object_gone`] on 404): the informer's copy may be
+    /// older than what the write was just refused for.
+    Reread,
+    /// Reconcile again after the Node's next backoff delay.
+    RetryBackoff,
+    /// Reconcile again after this delay (the server's `Retry-After`).
+    RetryAfter(Duration),
+    /// Reconcile again as soon as a block is freed (and with backoff, in case none is).
+    WaitForFreeBlock,
 }
 
 /// Severity of an event.
@@ -177,20 +231,27 @@ pub enum MetricEvent {
         /// Why.
         kind: SkipKind,
     },
+    /// A PATCH of `spec.podCIDR(s)` failed.
+    PatchFailed {
+        /// The bounded error label ([`PatchOutcome::metric_label`]).
+        error: &'static str,
+    },
 }
 
-/// The outcome of one decision: what to do, what to write, what to report.
+/// The outcome of one decision: what to do, what to write, what to report, what next.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
     /// What was decided.
     pub action: Action,
-    /// Strategic-merge patch for the Node (`{"spec":{"podCIDR":…,"podCIDRs":[…]}}`), for
-    /// [`Action::Assign`].
+    /// Strategic-merge patch for the Node (`{"metadata":{"uid":…},"spec":{"podCIDR":…,"podCIDRs":[…]}}`),
+    /// for [`Action::Assign`].
     pub patch: Option<Value>,
     /// Events to publish on the Node.
     pub events: Vec<EventSpec>,
     /// Metric updates.
     pub metrics: Vec<MetricEvent>,
+    /// What the controller does next with this Node.
+    pub next: Next,
 }
 
 impl Decision {
@@ -200,14 +261,144 @@ impl Decision {
             patch: None,
             events: Vec::new(),
             metrics: Vec::new(),
+            next: Next::Done,
         }
+    }
+
+    /// Assign `pod_cidrs` to the Node object `uid`: the action and its patch.
+    fn assign(pod_cidrs: Vec<Cidr>, uid: Option<&str>) -> Decision {
+        let mut decision = Decision::new(Action::Assign {
+            pod_cidrs: pod_cidrs.clone(),
+        });
+        decision.patch = Some(pod_cidrs_patch(&pod_cidrs, uid));
+        decision
+    }
+
+    fn then(mut self, next: Next) -> Decision {
+        self.next = next;
+        self
+    }
+
+    /// Puts `metrics` before the decision's own (what happened first is reported first).
+    fn after_metrics(mut self, mut metrics: Vec<MetricEvent>) -> Decision {
+        metrics.append(&mut self.metrics);
+        self.metrics = metrics;
+        self
     }
 }
 
-/// The strategic-merge patch that assigns `pod_cidrs` (upstream's `PatchNodeCIDRs` body).
-pub fn pod_cidrs_patch(pod_cidrs: &[Cidr]) -> Value {
+/// The strategic-merge patch that assigns `pod_cidrs` (upstream's `PatchNodeCIDRs` body), pinned
+/// to the Node object `uid` when it is known: kube-apiserver then refuses to apply it to any other
+/// object of that name (422 `metadata.uid: field is immutable`, from `rest.BeforeUpdate` →
+/// `ValidateObjectMetaAccessorUpdate`), so a write that lands late can never reach a re-created
+/// Node.
+pub fn pod_cidrs_patch(pod_cidrs: &[Cidr], uid: Option<&str>) -> Value {
     let texts: Vec<String> = pod_cidrs.iter().map(Cidr::to_string).collect();
-    json!({"spec": {"podCIDR": texts.first(), "podCIDRs": texts}})
+    let spec = json!({"podCIDR": texts.first(), "podCIDRs": texts});
+    match uid {
+        Some(uid) => json!({"metadata": {"uid": uid}, "spec": spec}),
+        None => json!({"spec": spec}),
+    }
+}
+
+/// How a PATCH of `spec.podCIDR(s)` ended, as far as the API server told us. Built by the
+/// controller from the HTTP result (see `controller::patch::classify`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PatchOutcome {
+    /// 2xx: applied; the Node as the server returned it.
+    Applied(NodeView),
+    /// 404: no Node of that name (the object the write was for is gone).
+    NotFound,
+    /// The server refused the write for good and a write of the same body can never apply:
+    /// 422 because podCIDRs are already set to other values (immutable), because the Node was
+    /// replaced (`metadata.uid` differs), or because the value is invalid. Nothing was written.
+    CannotApply {
+        /// Which of the three.
+        kind: CannotApplyKind,
+        /// The server's message.
+        message: String,
+    },
+    /// The server refused this attempt (400, 401, 403, …): nothing was written, but a later
+    /// attempt may succeed.
+    Refused {
+        /// HTTP status.
+        status: u16,
+        /// The server's message.
+        message: String,
+    },
+    /// The server asked to retry (409 Conflict, 429 TooManyRequests): nothing was written.
+    RetryLater {
+        /// HTTP status.
+        status: u16,
+        /// The server's `Retry-After`, if any.
+        retry_after: Option<Duration>,
+        /// The server's message.
+        message: String,
+    },
+    /// Whether the write was applied is unknown: the client timed out, the connection closed
+    /// after the request was sent, or the server answered 5xx/504. It may still land.
+    Unknown {
+        /// What happened.
+        message: String,
+    },
+    /// The request was never sent (e.g. the connection could not be opened): nothing was written.
+    NotSent {
+        /// What happened.
+        message: String,
+    },
+}
+
+/// Why a PATCH can never apply (see [`PatchOutcome::CannotApply`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CannotApplyKind {
+    /// `spec.podCIDR(s)` already hold other values (422 on `spec.podCIDRs`).
+    PodCidrsAlreadySet,
+    /// The Node of that name is another object now (422 on `metadata.uid`).
+    NodeReplaced,
+    /// The server found the patch invalid for another reason (422).
+    Invalid,
+}
+
+impl PatchOutcome {
+    /// The bounded `error` label of `node_ipam_controller_patch_failures_total`.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            PatchOutcome::Applied(_) => "none",
+            PatchOutcome::NotFound => "not_found",
+            PatchOutcome::CannotApply {
+                kind: CannotApplyKind::PodCidrsAlreadySet,
+                ..
+            } => "pod_cidrs_already_set",
+            PatchOutcome::CannotApply {
+                kind: CannotApplyKind::NodeReplaced,
+                ..
+            } => "node_replaced",
+            PatchOutcome::CannotApply {
+                kind: CannotApplyKind::Invalid,
+                ..
+            } => "invalid",
+            PatchOutcome::Refused { .. } => "refused",
+            PatchOutcome::RetryLater { status: 429, .. } => "too_many_requests",
+            PatchOutcome::RetryLater { .. } => "conflict",
+            PatchOutcome::Unknown { .. } => "unknown_outcome",
+            PatchOutcome::NotSent { .. } => "not_sent",
+        }
+    }
+
+    /// One line describing the failure (empty for [`PatchOutcome::Applied`]).
+    pub fn describe(&self) -> String {
+        match self {
+            PatchOutcome::Applied(_) => String::new(),
+            PatchOutcome::NotFound => "the Node is gone (404)".to_owned(),
+            PatchOutcome::CannotApply { message, .. } => format!("refused (422): {message}"),
+            PatchOutcome::Refused { status, message } => format!("refused ({status}): {message}"),
+            PatchOutcome::RetryLater {
+                status, message, ..
+            } => format!("retry later ({status}): {message}"),
+            PatchOutcome::Unknown { message } => format!("outcome unknown: {message}"),
+            PatchOutcome::NotSent { message } => format!("not sent: {message}"),
+        }
+    }
 }
 
 /// Capacity and usage of one cluster CIDR, in blocks.
@@ -225,25 +416,47 @@ pub struct PoolStats {
     pub free: u32,
 }
 
+/// A pending write's history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct PendingWrite {
+    /// PATCHes that failed in a row.
+    failures: u32,
+    /// Whether any attempt ended without a definite answer (it may still land).
+    maybe_sent: bool,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum RecordState {
     /// The Node has these podCIDRs (confirmed).
     Held,
-    /// Allocated by us, PATCH not confirmed yet.
-    Pending,
+    /// Allocated by us, the PATCH not known to be applied yet.
+    Pending(PendingWrite),
     /// The Node's podCIDRs could not be occupied; `held` is whatever overlapped our ranges.
-    Skipped {
-        raw: Vec<String>,
-        kind: SkipKind,
-        reason: String,
-    },
+    Skipped(Box<SkipInfo>),
+    /// The API server said the object `uid` is gone (404, or the name now belongs to another
+    /// object) before the informer did: nothing is held, and the informer's stale copy of that
+    /// object gets nothing allocated.
+    Gone,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SkipInfo {
+    raw: Vec<String>,
+    kind: SkipKind,
+    reason: String,
 }
 
 #[derive(Debug, Clone)]
 struct NodeRecord {
     held: Vec<Cidr>,
     state: RecordState,
-    uid: Option<String>,
+    uid: Option<Box<str>>,
+}
+
+impl NodeRecord {
+    fn is_for(&self, uid: Option<&str>) -> bool {
+        self.uid.as_deref() == uid
+    }
 }
 
 /// The allocator state: the pool and who holds what.
@@ -251,7 +464,9 @@ struct NodeRecord {
 pub struct Allocator {
     pool: Pool<Vec<u64>>,
     service_cidrs: Vec<Cidr>,
-    nodes: HashMap<String, NodeRecord>,
+    nodes: HashMap<NodeName, NodeRecord>,
+    /// Records in [`RecordState::Skipped`] (kept in step by [`Allocator::put`]/[`Allocator::take`]).
+    skipped: usize,
 }
 
 impl Allocator {
@@ -276,6 +491,7 @@ impl Allocator {
             pool,
             service_cidrs: config.service_cidrs.iter().copied().collect(),
             nodes: HashMap::new(),
+            skipped: 0,
         })
     }
 
@@ -296,27 +512,61 @@ impl Allocator {
 
     /// The CIDRs reserved for Node `name` (held, pending or the reserved part of a skipped Node).
     pub fn held(&self, name: &str) -> Option<&[Cidr]> {
-        self.nodes.get(name).map(|r| r.held.as_slice())
+        self.nodes
+            .get(name)
+            .filter(|r| r.state != RecordState::Gone)
+            .map(|r| r.held.as_slice())
     }
 
-    /// Whether Node `name` has a pending (unconfirmed) allocation.
+    /// Whether Node `name` has a pending (not yet confirmed) allocation.
     pub fn is_pending(&self, name: &str) -> bool {
         self.nodes
             .get(name)
-            .is_some_and(|r| r.state == RecordState::Pending)
+            .is_some_and(|r| matches!(r.state, RecordState::Pending(_)))
+    }
+
+    /// Whether Node `name` has a pending allocation whose write may have been applied without us
+    /// knowing (an attempt ended with an unknown outcome).
+    pub fn is_maybe_sent(&self, name: &str) -> bool {
+        self.nodes
+            .get(name)
+            .is_some_and(|r| matches!(r.state, RecordState::Pending(p) if p.maybe_sent))
     }
 
     /// Number of Nodes currently skipped.
     pub fn skipped_count(&self) -> usize {
-        self.nodes
-            .values()
-            .filter(|r| matches!(r.state, RecordState::Skipped { .. }))
-            .count()
+        self.skipped
+    }
+
+    /// Stores `record` for `name` (replacing none: callers [`Allocator::take`] first).
+    fn put(&mut self, name: NodeName, record: NodeRecord) {
+        if matches!(record.state, RecordState::Skipped(_)) {
+            self.skipped += 1;
+        }
+        if let Some(old) = self.nodes.insert(name, record)
+            && matches!(old.state, RecordState::Skipped(_))
+        {
+            self.skipped -= 1;
+        }
+    }
+
+    /// Removes and returns `name`'s record.
+    fn take(&mut self, name: &str) -> Option<NodeRecord> {
+        let record = self.nodes.remove(name)?;
+        if matches!(record.state, RecordState::Skipped(_)) {
+            self.skipped -= 1;
+        }
+        Some(record)
     }
 
     /// Names of every Node the allocator holds something for (sorted).
-    pub fn known_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.nodes.keys().cloned().collect();
+    pub fn known_names(&self) -> Vec<NodeName> {
+        let mut names: Vec<NodeName> = self
+            .nodes
+            .iter()
+            .filter(|(_, r)| r.state != RecordState::Gone)
+            .map(|(name, _)| name.clone())
+            .collect();
         names.sort();
         names
     }
@@ -324,7 +574,7 @@ impl Allocator {
     /// Start-up: occupies the podCIDRs of every Node that has them, in list order, before any
     /// allocation. Nodes without podCIDRs are left for [`Allocator::decide`]. Returns one decision
     /// per Node that has podCIDRs (Keep, or Skip with its event and metric).
-    pub fn startup_occupy(&mut self, nodes: &[NodeView]) -> Vec<(String, Decision)> {
+    pub fn startup_occupy(&mut self, nodes: &[NodeView]) -> Vec<(NodeName, Decision)> {
         nodes
             .iter()
             .filter(|n| n.has_pod_cidrs())
@@ -339,99 +589,170 @@ impl Allocator {
         if node.has_pod_cidrs() {
             return self.observe_existing(node);
         }
-        if let Some(record) = self.nodes.get(&node.name)
-            && record.state == RecordState::Pending
-        {
-            let pod_cidrs = record.held.clone();
-            let mut decision = Decision::new(Action::Assign {
-                pod_cidrs: pod_cidrs.clone(),
-            });
-            decision.patch = Some(pod_cidrs_patch(&pod_cidrs));
-            return decision;
-        }
-        if let Some(record) = self.nodes.get(&node.name)
-            && record.state == RecordState::Held
-            && record.uid.is_some()
-            && record.uid == node.uid
-        {
-            // podCIDRs cannot be removed once set: this is a stale view of the same Node (e.g. the
-            // watch has not delivered our own PATCH yet). Nothing to do.
-            return Decision::new(Action::Keep {
-                pod_cidrs: record.held.clone(),
-            });
+        let uid = node.uid.as_deref();
+        let mut released = Vec::new();
+        if let Some(record) = self.nodes.get(&node.name) {
+            let same_object = record.is_for(uid);
+            match &record.state {
+                RecordState::Pending(_) if same_object => {
+                    if node.deleting {
+                        // Our write may still land; the reservation goes when the object does.
+                        return Decision::new(Action::Skip {
+                            reason: deleting_reason(),
+                        });
+                    }
+                    return Decision::assign(record.held.clone(), uid);
+                }
+                // podCIDRs cannot be removed once set: a stale view of the same Node (e.g. the
+                // informer has not delivered our own PATCH yet). Nothing to do.
+                RecordState::Held if same_object && uid.is_some() => {
+                    return Decision::new(Action::Keep {
+                        pod_cidrs: record.held.clone(),
+                    });
+                }
+                RecordState::Gone if same_object => {
+                    return Decision::new(Action::Skip {
+                        reason: "the API server says this Node object is gone; waiting for the watch to catch up".to_owned(),
+                    });
+                }
+                // Any other record belongs to an earlier object of this name (it had podCIDRs,
+                // which cannot be removed, or another uid): that object is gone, and writes pinned
+                // to its uid cannot reach this one.
+                _ => released = self.forget(&node.name),
+            }
         }
         if node.deleting {
             return Decision::new(Action::Skip {
-                reason: "the Node is being deleted (deletionTimestamp is set): no pod CIDR is allocated to it".to_owned(),
-            });
+                reason: deleting_reason(),
+            })
+            .after_metrics(released);
         }
-        let mut metrics = Vec::new();
-        // A record for a Node that now has no podCIDRs belongs to an earlier object of that name.
-        if let Some(record) = self.nodes.remove(&node.name) {
-            metrics.extend(self.release_cidrs(&record.held));
-        }
-        let mut decision = match self.pool.allocate_node() {
-            Ok(allocations) => {
-                let pod_cidrs: Vec<Cidr> = allocations.iter().map(|a| a.cidr).collect();
-                for allocation in &allocations {
-                    if let Some(cluster_cidr) = self.cluster_cidr_of(allocation.cidr) {
-                        metrics.push(MetricEvent::Allocated {
-                            cluster_cidr,
-                            tries: allocation.tries,
-                        });
-                    }
+        self.allocate(node).after_metrics(released)
+    }
+
+    /// The PATCH of Node `name` (object `uid`) assigning `pod_cidrs` ended with `outcome`. If the
+    /// reservation it was sent for is no longer pending (the Node was deleted or replaced
+    /// meanwhile), only an applied write matters: the Node is decided on as the server returned it.
+    pub fn patch_outcome(
+        &mut self,
+        name: &str,
+        uid: Option<&str>,
+        pod_cidrs: &[Cidr],
+        outcome: PatchOutcome,
+    ) -> Decision {
+        let pending = match self.nodes.get(name) {
+            Some(record)
+                if record.is_for(uid)
+                    && record.held == pod_cidrs
+                    && matches!(record.state, RecordState::Pending(_)) =>
+            {
+                match record.state {
+                    RecordState::Pending(p) => Some(p),
+                    _ => None,
                 }
-                self.nodes.insert(
-                    node.name.clone(),
-                    NodeRecord {
-                        held: pod_cidrs.clone(),
-                        state: RecordState::Pending,
-                        uid: node.uid.clone(),
-                    },
-                );
-                let mut decision = Decision::new(Action::Assign {
-                    pod_cidrs: pod_cidrs.clone(),
-                });
-                decision.patch = Some(pod_cidrs_patch(&pod_cidrs));
-                decision
             }
-            Err(error) => {
-                if let AllocError::Exhausted { cluster_cidr } = error {
-                    metrics.push(MetricEvent::Exhausted { cluster_cidr });
-                }
-                let reason = format!("no pod CIDR could be allocated: {error}");
-                let mut decision = Decision::new(Action::Fail {
-                    reason: reason.clone(),
-                });
-                decision.events.push(EventSpec {
-                    kind: EventKind::Warning,
-                    reason: reasons::CIDR_NOT_AVAILABLE,
-                    note: format!("Node {}: {reason}", node.name),
-                    action: reasons::ACTION_ALLOCATE,
-                });
-                decision
-            }
+            _ => None,
         };
-        let mut all = metrics;
-        all.append(&mut decision.metrics);
-        decision.metrics = all;
-        decision
-    }
-
-    /// The PATCH assigning `pod_cidrs` to Node `name` succeeded: the pending reservation becomes
-    /// held. Returns false (and changes nothing) if `name` had no such pending reservation.
-    pub fn confirm(&mut self, name: &str, pod_cidrs: &[Cidr]) -> bool {
-        match self.nodes.get_mut(name) {
-            Some(record) if record.state == RecordState::Pending && record.held == pod_cidrs => {
-                record.state = RecordState::Held;
-                true
+        let Some(mut pending) = pending else {
+            return match outcome {
+                PatchOutcome::Applied(view) => self.decide(&view),
+                _ => Decision::new(Action::Skip {
+                    reason: "the reservation this write was for is gone".to_owned(),
+                }),
+            };
+        };
+        let failure = PatchOutcome::metric_label(&outcome);
+        let failed = MetricEvent::PatchFailed { error: failure };
+        match outcome {
+            PatchOutcome::Applied(view) => {
+                if view.uid.as_deref() == uid
+                    && view.parsed_pod_cidrs().as_deref() == Some(pod_cidrs)
+                {
+                    if let Some(record) = self.nodes.get_mut(name) {
+                        record.state = RecordState::Held;
+                    }
+                    Decision::new(Action::Keep {
+                        pod_cidrs: pod_cidrs.to_vec(),
+                    })
+                } else {
+                    self.decide(&view)
+                }
             }
-            _ => false,
+            PatchOutcome::NotFound => self.object_gone(name, uid).after_metrics(vec![failed]),
+            PatchOutcome::CannotApply { kind, message } => {
+                // No attempt of this body can ever apply (podCIDRs are immutable once set, the
+                // object is another one, or the value is refused), earlier ones included.
+                let released = self.forget(name);
+                let mut decision = Decision::new(Action::Released {
+                    pod_cidrs: pod_cidrs.to_vec(),
+                })
+                .then(Next::Reread)
+                .after_metrics(released);
+                decision.metrics.insert(0, failed);
+                if kind == CannotApplyKind::Invalid {
+                    decision
+                        .events
+                        .push(assignment_failed(name, pod_cidrs, &message));
+                }
+                decision
+            }
+            PatchOutcome::Refused { ref message, .. } if !pending.maybe_sent => {
+                // Definitely not written, and no earlier attempt can land: free the block.
+                let released = self.forget(name);
+                let mut decision = Decision::new(Action::Released {
+                    pod_cidrs: pod_cidrs.to_vec(),
+                })
+                .then(Next::RetryBackoff)
+                .after_metrics(released);
+                decision.metrics.insert(0, failed);
+                decision
+                    .events
+                    .push(assignment_failed(name, pod_cidrs, message));
+                decision
+            }
+            other => {
+                pending.failures = pending.failures.saturating_add(1);
+                if matches!(other, PatchOutcome::Unknown { .. }) {
+                    pending.maybe_sent = true;
+                }
+                if let Some(record) = self.nodes.get_mut(name) {
+                    record.state = RecordState::Pending(pending);
+                }
+                let next = match &other {
+                    PatchOutcome::RetryLater {
+                        retry_after: Some(after),
+                        ..
+                    } => Next::RetryAfter(*after),
+                    _ => Next::RetryBackoff,
+                };
+                let reason = if pending.maybe_sent {
+                    format!(
+                        "{}; the write may still land, so {} stays reserved and is sent again",
+                        other.describe(),
+                        join(pod_cidrs)
+                    )
+                } else {
+                    format!("{}; sending {} again", other.describe(), join(pod_cidrs))
+                };
+                let mut decision = Decision::new(Action::KeepTrying {
+                    pod_cidrs: pod_cidrs.to_vec(),
+                    reason,
+                })
+                .then(next);
+                decision.metrics.push(failed);
+                if pending.failures == FAILED_PATCHES_BEFORE_EVENT {
+                    decision
+                        .events
+                        .push(assignment_failed(name, pod_cidrs, &other.describe()));
+                }
+                decision
+            }
         }
     }
 
-    /// The PATCH definitely failed: releases Node `name`'s pending reservation (if any), so the
-    /// next attempt allocates again. Held and skipped records are left alone.
+    /// The PATCH definitely failed and no earlier attempt can land: releases Node `name`'s pending
+    /// reservation (if any), so the next attempt allocates again. Held and skipped records are
+    /// left alone. (`plan` and tests; the controller uses [`Allocator::patch_outcome`].)
     pub fn abort(&mut self, name: &str) -> Decision {
         if !self.is_pending(name) {
             return Decision::new(Action::Released {
@@ -441,19 +762,57 @@ impl Allocator {
         self.remove(name)
     }
 
-    /// Node `name` is gone (delete event, or NotFound): releases every block it held, except blocks
-    /// another Node's podCIDR or a service CIDR still overlaps. Unknown names release nothing.
+    /// The PATCH assigning `pod_cidrs` to Node `name` succeeded: the pending reservation becomes
+    /// held. Returns false (and changes nothing) if `name` had no such pending reservation.
+    pub fn confirm(&mut self, name: &str, pod_cidrs: &[Cidr]) -> bool {
+        match self.nodes.get_mut(name) {
+            Some(record)
+                if matches!(record.state, RecordState::Pending(_)) && record.held == pod_cidrs =>
+            {
+                record.state = RecordState::Held;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Node `name` is gone (the informer delivered its deletion, or it is no longer listed):
+    /// releases every block it held, except blocks another Node's podCIDR or a service CIDR still
+    /// overlaps. Unknown names release nothing.
     pub fn remove(&mut self, name: &str) -> Decision {
-        let Some(record) = self.nodes.remove(name) else {
-            return Decision::new(Action::Released {
-                pod_cidrs: Vec::new(),
-            });
-        };
-        let mut decision = Decision::new(Action::Released {
-            pod_cidrs: record.held.clone(),
-        });
-        decision.metrics = self.release_cidrs(&record.held);
+        let held = self
+            .nodes
+            .get(name)
+            .filter(|r| r.state != RecordState::Gone)
+            .map(|r| r.held.clone())
+            .unwrap_or_default();
+        let metrics = self.forget(name);
+        Decision::new(Action::Released { pod_cidrs: held }).after_metrics(metrics)
+    }
+
+    /// The API server says the Node object `uid` of this name is gone (a GET or PATCH got 404, or
+    /// the name now belongs to another object) although the informer may still show it: releases
+    /// its blocks (writes pinned to that uid can never apply) and remembers the object as gone, so
+    /// the informer's stale copy gets nothing allocated.
+    pub fn object_gone(&mut self, name: &str, uid: Option<&str>) -> Decision {
+        let decision = self.remove(name);
+        self.put(
+            name.into(),
+            NodeRecord {
+                held: Vec::new(),
+                state: RecordState::Gone,
+                uid: uid.map(Into::into),
+            },
+        );
         decision
+    }
+
+    /// Removes `name`'s record and releases what it held; returns the release metrics.
+    fn forget(&mut self, name: &str) -> Vec<MetricEvent> {
+        match self.take(name) {
+            Some(record) => self.release_cidrs(&record.held),
+            None => Vec::new(),
+        }
     }
 
     fn cluster_cidr_of(&self, cidr: Cidr) -> Option<Cidr> {
@@ -462,97 +821,189 @@ impl Allocator {
             .map(|set| set.cluster_cidr())
     }
 
+    /// Allocates one block per cluster CIDR for a Node without podCIDRs (no record for it).
+    fn allocate(&mut self, node: &NodeView) -> Decision {
+        match self.pool.allocate_node() {
+            Ok(allocations) => {
+                let pod_cidrs: Vec<Cidr> = allocations.iter().map(|a| a.cidr).collect();
+                let metrics = allocations
+                    .iter()
+                    .filter_map(|a| {
+                        self.cluster_cidr_of(a.cidr)
+                            .map(|cluster_cidr| MetricEvent::Allocated {
+                                cluster_cidr,
+                                tries: a.tries,
+                            })
+                    })
+                    .collect();
+                self.put(
+                    node.name.clone(),
+                    NodeRecord {
+                        held: pod_cidrs.clone(),
+                        state: RecordState::Pending(PendingWrite::default()),
+                        uid: node.uid.as_deref().map(Into::into),
+                    },
+                );
+                let mut decision = Decision::assign(pod_cidrs, node.uid.as_deref());
+                decision.metrics = metrics;
+                decision
+            }
+            Err(error) => {
+                let mut metrics = Vec::new();
+                let mut reason = format!("no pod CIDR could be allocated: {error}");
+                if let AllocError::Exhausted { cluster_cidr } = error {
+                    metrics.push(MetricEvent::Exhausted { cluster_cidr });
+                    reason.push_str(&self.space_holders(cluster_cidr));
+                }
+                let mut decision = Decision::new(Action::Fail {
+                    reason: reason.clone(),
+                })
+                .then(Next::WaitForFreeBlock);
+                decision.metrics = metrics;
+                decision.events.push(EventSpec {
+                    kind: EventKind::Warning,
+                    reason: reasons::CIDR_NOT_AVAILABLE,
+                    note: truncate_note(format!("Node {}: {reason}", node.name)),
+                    action: reasons::ACTION_ALLOCATE,
+                });
+                decision
+            }
+        }
+    }
+
+    /// For an exhausted cluster CIDR: names the Nodes holding more than one block of it (e.g. a
+    /// skipped Node whose podCIDR covers the whole cluster CIDR), largest first, at most three,
+    /// as a clause to append to the reason (empty when every block is held one per Node).
+    fn space_holders(&self, cluster_cidr: Cidr) -> String {
+        let Some(set) = self.pool.set_for(cluster_cidr.family()) else {
+            return String::new();
+        };
+        let mut holders: Vec<(u64, &str, Cidr, bool)> = self
+            .nodes
+            .iter()
+            .flat_map(|(name, record)| {
+                let skipped = matches!(record.state, RecordState::Skipped(_));
+                record
+                    .held
+                    .iter()
+                    .filter(|c| c.family() == cluster_cidr.family())
+                    .filter_map(move |c| {
+                        let (first, last) = set.block_range(*c).ok()?;
+                        let blocks = u64::from(last - first) + 1;
+                        (blocks > 1).then_some((blocks, &**name, *c, skipped))
+                    })
+            })
+            .collect();
+        if holders.is_empty() {
+            return String::new();
+        }
+        holders.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+        let listed: Vec<String> = holders
+            .iter()
+            .take(3)
+            .map(|(blocks, name, cidr, skipped)| {
+                let state = if *skipped { ", skipped" } else { "" };
+                format!("Node {name} ({cidr}{state}: {blocks} blocks)")
+            })
+            .collect();
+        let more = holders.len().saturating_sub(3);
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        format!(
+            "; blocks of {cluster_cidr} are held by {}{more}",
+            listed.join(", ")
+        )
+    }
+
     /// Occupies a Node's existing podCIDRs, or skips it.
     fn observe_existing(&mut self, node: &NodeView) -> Decision {
         let raw = node.raw_pod_cidrs();
-        let parsed: Option<Vec<Cidr>> = raw
-            .iter()
-            .map(|t| Cidr::parse_masked(t).ok().map(|(c, _)| c))
-            .collect();
+        let parsed = node.parsed_pod_cidrs();
+        let uid = node.uid.as_deref();
         if let Some(record) = self.nodes.get_mut(&node.name) {
             match &record.state {
-                RecordState::Held | RecordState::Pending
+                RecordState::Held | RecordState::Pending(_)
                     if parsed.as_deref() == Some(record.held.as_slice()) =>
                 {
                     // Seen again, or our own PATCH observed before its response: now confirmed.
                     record.state = RecordState::Held;
+                    record.uid = uid.map(Into::into);
                     return Decision::new(Action::Keep {
                         pod_cidrs: record.held.clone(),
                     });
                 }
-                RecordState::Skipped {
-                    raw: seen, reason, ..
-                } if *seen == raw => {
+                RecordState::Skipped(info) if info.raw == raw && record.is_for(uid) => {
                     return Decision::new(Action::Skip {
-                        reason: reason.clone(),
+                        reason: info.reason.clone(),
                     });
                 }
                 _ => {}
             }
         }
-        let mut metrics = Vec::new();
-        if let Some(record) = self.nodes.remove(&node.name) {
-            metrics.extend(self.release_cidrs(&record.held));
-        }
-        let mut decision = match self.check_existing(node, &raw) {
+        // Anything else held for this name can go: a pending write of ours can never land on a
+        // Node that has podCIDRs (they are immutable), nor on another object (the uid pin).
+        let released = self.forget(&node.name);
+        let decision = match self.check_existing(node, &raw) {
             Ok(pod_cidrs) => {
                 for cidr in &pod_cidrs {
                     // check_existing ran Pool::check_node, so every CIDR overlaps its family's set.
                     let _ = self.pool.occupy(*cidr);
                 }
-                self.nodes.insert(
+                self.put(
                     node.name.clone(),
                     NodeRecord {
                         held: pod_cidrs.clone(),
                         state: RecordState::Held,
-                        uid: node.uid.clone(),
+                        uid: uid.map(Into::into),
                     },
                 );
                 Decision::new(Action::Keep { pod_cidrs })
             }
             Err(skip) => {
-                let mut held = Vec::new();
-                for cidr in skip.reservable {
-                    if self.pool.occupy(cidr).is_ok() {
-                        held.push(cidr);
-                    }
-                }
-                self.nodes.insert(
-                    node.name.clone(),
-                    NodeRecord {
-                        held,
-                        state: RecordState::Skipped {
-                            raw,
-                            kind: skip.kind,
-                            reason: skip.reason.clone(),
-                        },
-                        uid: node.uid.clone(),
-                    },
-                );
+                let held: Vec<Cidr> = skip
+                    .reservable
+                    .iter()
+                    .copied()
+                    .filter(|cidr| self.pool.occupy(*cidr).is_ok())
+                    .collect();
                 let mut decision = Decision::new(Action::Skip {
                     reason: skip.reason.clone(),
                 });
                 decision.events.push(EventSpec {
                     kind: EventKind::Warning,
                     reason: skip.kind.event_reason(),
-                    note: format!(
+                    note: truncate_note(format!(
                         "Node {} skipped by the node IPAM controller: {}",
                         node.name, skip.reason
-                    ),
+                    )),
                     action: reasons::ACTION_OCCUPY,
                 });
                 decision
                     .metrics
                     .push(MetricEvent::NodeSkipped { kind: skip.kind });
+                self.put(
+                    node.name.clone(),
+                    NodeRecord {
+                        held,
+                        state: RecordState::Skipped(Box::new(SkipInfo {
+                            raw,
+                            kind: skip.kind,
+                            reason: skip.reason,
+                        })),
+                        uid: uid.map(Into::into),
+                    },
+                );
                 decision
             }
         };
-        metrics.append(&mut decision.metrics);
-        decision.metrics = metrics;
-        decision
+        decision.after_metrics(released)
     }
 
-    /// Checks a Node's podCIDRs: well-formed, in range, no overlap with another Node.
+    /// Checks a Node's podCIDRs: well-formed, in range, no overlap with a service CIDR or another
+    /// Node. The count and family rules are the core's ([`Pool::check_node`]), mapped to skip kinds.
     fn check_existing(&self, node: &NodeView, raw: &[String]) -> Result<Vec<Cidr>, SkipReport> {
         let mut parsed = Vec::new();
         let mut bad = None;
@@ -587,27 +1038,13 @@ impl Allocator {
                 parsed,
             ));
         }
-        if parsed.len() > 2 {
-            return Err(invalid(
-                format!(
-                    "spec.podCIDRs has {} entries; at most 2 (one IPv4, one IPv6) are allowed",
-                    parsed.len()
-                ),
-                parsed,
-            ));
-        }
-        if let [a, b] = parsed.as_slice()
-            && a.family() == b.family()
-        {
-            return Err(invalid(
-                format!(
-                    "spec.podCIDRs has two {} entries ({a}, {b}); at most one per family is allowed",
-                    a.family()
-                ),
-                parsed,
-            ));
-        }
         if let Err(error) = self.pool.check_node(&parsed) {
+            let kind = match error {
+                AllocError::TooManyCidrs { .. } | AllocError::DuplicateFamily { .. } => {
+                    SkipKind::Invalid
+                }
+                _ => SkipKind::OutOfRange,
+            };
             let reservable = parsed
                 .iter()
                 .copied()
@@ -617,9 +1054,13 @@ impl Allocator {
                         .is_some_and(|s| s.block_range(*c).is_ok())
                 })
                 .collect();
+            let reason = match kind {
+                SkipKind::Invalid => format!("spec.podCIDRs {}: {error}", join(&parsed)),
+                _ => format!("its podCIDRs cannot be used with this configuration: {error}"),
+            };
             return Err(SkipReport {
-                kind: SkipKind::OutOfRange,
-                reason: format!("its podCIDRs cannot be used with this configuration: {error}"),
+                kind,
+                reason,
                 reservable,
             });
         }
@@ -664,7 +1105,7 @@ impl Allocator {
             let holder = self
                 .nodes
                 .iter()
-                .filter(|(name, _)| *name != &node.name)
+                .filter(|(name, _)| **name != node.name)
                 .flat_map(|(name, r)| r.held.iter().map(move |c| (name, c)))
                 .filter(|(_, c)| c.overlaps(cidr))
                 .min();
@@ -700,25 +1141,8 @@ impl Allocator {
                 .filter_map(|c| set.block_range(*c).ok())
                 .filter(|(b, e)| *b <= end && *e >= begin)
                 .collect();
-            covered.sort_unstable();
-            let mut runs = Vec::new();
-            let mut next = begin;
-            for (b, e) in covered {
-                if b > next {
-                    runs.push((next, b - 1));
-                }
-                if e >= next {
-                    next = e.saturating_add(1);
-                }
-                if next > end {
-                    break;
-                }
-            }
-            if next <= end && next >= begin {
-                runs.push((next, end));
-            }
             let mut blocks = 0;
-            for (first, last) in runs {
+            for (first, last) in uncovered_runs(begin, end, &mut covered) {
                 blocks += self
                     .pool
                     .release_blocks(cidr.family(), first, last)
@@ -733,6 +1157,73 @@ impl Allocator {
         }
         metrics
     }
+}
+
+/// The runs of block indices in `begin..=end` that no range in `covered` (inclusive block-index
+/// ranges, any order, may overlap each other or stick out of `begin..=end`) touches, in order.
+/// Sorts `covered` in place.
+pub fn uncovered_runs(begin: u32, end: u32, covered: &mut [(u32, u32)]) -> Vec<(u32, u32)> {
+    covered.sort_unstable();
+    let mut runs = Vec::new();
+    let mut next = begin;
+    for &(b, e) in covered.iter() {
+        if next > end {
+            break;
+        }
+        if e < next {
+            continue;
+        }
+        if b > next {
+            runs.push((next, b.saturating_sub(1).min(end)));
+        }
+        if e == u32::MAX {
+            return runs;
+        }
+        next = next.max(e + 1);
+    }
+    if next <= end {
+        runs.push((next, end));
+    }
+    runs
+}
+
+fn deleting_reason() -> String {
+    "the Node is being deleted (deletionTimestamp is set): no pod CIDR is allocated to it"
+        .to_owned()
+}
+
+fn join(cidrs: &[Cidr]) -> String {
+    cidrs
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn assignment_failed(name: &str, pod_cidrs: &[Cidr], why: &str) -> EventSpec {
+    EventSpec {
+        kind: EventKind::Warning,
+        reason: reasons::CIDR_ASSIGNMENT_FAILED,
+        note: truncate_note(format!(
+            "Node {name}: writing spec.podCIDRs {} failed: {why}",
+            join(pod_cidrs)
+        )),
+        action: reasons::ACTION_PATCH,
+    }
+}
+
+/// events.k8s.io/v1 `note` is limited to 1 kB (`validation.go`: `NoteLengthLimit = 1024`).
+fn truncate_note(mut note: String) -> String {
+    const LIMIT: usize = 1024;
+    if note.len() > LIMIT {
+        let mut cut = LIMIT - 3;
+        while !note.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        note.truncate(cut);
+        note.push_str("...");
+    }
+    note
 }
 
 /// Why a Node is skipped, and which of its CIDRs to keep reserved.

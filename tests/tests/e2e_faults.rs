@@ -1,5 +1,5 @@
-//! API faults: 500s, a 429, a timeout without the write, a timeout and a 500 *after* the write
-//! landed, a failed re-read, failed LISTs at start-up, a dropped watch and a compaction (`410`).
+//! API faults: 500s, a 429 and a 409, a timeout without the write, a timeout and a 500 *after*
+//! the write landed, failed initial lists, a dropped watch and a compaction (`410`).
 //! The controller recovers every time and never hands a block out twice; each test ends with the
 //! DESIGN.md §3 invariant check.
 #![allow(clippy::unwrap_used)]
@@ -13,6 +13,7 @@ use common::{
     init_tracing, ipam, masks, node_like, node_patches, pod_cidrs, spawn, template_node, unserved,
     used,
 };
+use nodeipam::controller::InitialList;
 use nodeipam::reasons;
 use nodeipam_tests::sandbox::{FaultAction, FaultRule, Resource, Sandbox, Verb, fixture};
 
@@ -25,14 +26,16 @@ const E: &str = "extra-e";
 
 /// A pool of exactly 8 blocks (10.10.0.0/21 in /24s) so a block wrongly released after a
 /// committed-but-failed PATCH would be handed out again (and show up as an overlap) or be
-/// missing from the count.
+/// missing from the count. Every failure below leaves the outcome unknown or asks for a retry,
+/// so the reservation is kept and exactly the same CIDRs are sent again until a definite answer:
 ///
-/// - A: PATCH → 500, 500 (definite: re-read shows nothing) → `CIDRAssignmentFailed`, retried;
-/// - B: PATCH hangs past the 1 s request timeout, not committed → re-read → retried;
-/// - C: PATCH committed, answer hangs past the timeout → re-read finds the CIDR → kept, no retry;
-/// - D: PATCH committed, answered 500 → re-read finds the CIDR → kept, no retry;
-/// - E: PATCH → 429 (Retry-After 1), then the re-read GET → 500 → reservation kept, the same
-///   CIDR re-sent.
+/// - A: PATCH → 500, 500, 500 (may have been applied) → `CIDRAssignmentFailed` after the third
+///   (upstream's `cidrUpdateRetries`), then 200;
+/// - B: PATCH hangs past the 1 s request timeout, not committed → sent again → 200;
+/// - C: PATCH committed, answer hangs past the timeout → sent again (a no-op 200) or seen landed
+///   by the watch first;
+/// - D: PATCH committed, answered 500 → likewise;
+/// - E: PATCH → 429 (Retry-After 1), then 409 → sent again → 200.
 ///
 /// Then 4 more Nodes: 3 fit, the 4th must wait (the pool is full, nothing leaked).
 #[tokio::test]
@@ -44,7 +47,7 @@ async fn patch_failures_timeouts_and_committed_errors() {
     let patch = |name: &str, times, action| {
         sb.inject(FaultRule::new(Verb::Patch, Resource::Nodes, times, action).named(name));
     };
-    patch(A, 2, FaultAction::Status(500));
+    patch(A, 3, FaultAction::Status(500));
     patch(B, 1, FaultAction::Hang(Duration::from_secs(3)));
     patch(C, 1, FaultAction::CommitThenHang(Duration::from_secs(3)));
     patch(D, 1, FaultAction::CommitThenStatus(500));
@@ -55,7 +58,7 @@ async fn patch_failures_timeouts_and_committed_errors() {
             retry_after_secs: 1,
         },
     );
-    sb.inject(FaultRule::new(Verb::Get, Resource::Nodes, 1, FaultAction::Status(500)).named(E));
+    patch(E, 1, FaultAction::Status(409));
 
     let ipam = ipam("10.10.0.0/21", "", masks(None, None, None));
     let mut config = fast_config(ipam.clone());
@@ -89,30 +92,44 @@ async fn patch_failures_timeouts_and_committed_errors() {
             .map(|(_, b)| b.as_ref().unwrap()["spec"]["podCIDRs"].to_string())
             .collect()
     };
-    assert_eq!(statuses(A), [Some(500), Some(500), Some(200)], "A");
+    let uids_sent = |n: &str| -> Vec<String> {
+        patches[n]
+            .iter()
+            .map(|(_, b)| b.as_ref().unwrap()["metadata"]["uid"].to_string())
+            .collect()
+    };
     assert_eq!(
-        statuses(B),
-        [None, Some(200)],
-        "B: timed out, not committed, re-sent"
+        statuses(A),
+        [Some(500), Some(500), Some(500), Some(200)],
+        "A"
     );
-    assert_eq!(
-        statuses(C),
-        [None],
-        "C: committed write whose answer timed out, no second PATCH"
-    );
-    assert_eq!(
-        cidrs_sent(C),
-        [serde_json::to_string(&pod_cidrs(&sb, C)).unwrap()],
-        "C: the timed-out PATCH is the one that landed"
-    );
-    assert_eq!(
-        statuses(D),
-        [Some(500)],
-        "D: committed write, no second PATCH"
-    );
-    assert_eq!(statuses(E), [Some(429), Some(200)], "E");
-    let e_sent = cidrs_sent(E);
-    assert_eq!(e_sent[0], e_sent[1], "E: the kept reservation is re-sent");
+    assert_eq!(statuses(B), [None, Some(200)], "B: timed out, sent again");
+    for (name, first) in [(C, None), (D, Some(500))] {
+        let got = statuses(name);
+        assert_eq!(got[0], first, "{name}: {got:?}");
+        assert!(
+            got.len() == 1 || got[1..] == [Some(200)],
+            "{name}: committed, then at most one no-op re-send: {got:?}"
+        );
+    }
+    assert_eq!(statuses(E), [Some(429), Some(409), Some(200)], "E");
+    for name in [A, B, C, D, E] {
+        let sent = cidrs_sent(name);
+        assert!(
+            sent.windows(2).all(|w| w[0] == w[1]),
+            "{name}: the kept reservation is re-sent unchanged: {sent:?}"
+        );
+        assert_eq!(
+            sent[0],
+            serde_json::to_string(&pod_cidrs(&sb, name)).unwrap(),
+            "{name}: the CIDRs sent are the ones the Node has"
+        );
+        let uid = sb.node(name).unwrap()["metadata"]["uid"].to_string();
+        assert!(
+            uids_sent(name).iter().all(|u| *u == uid),
+            "{name}: every PATCH is pinned to the Node's uid"
+        );
+    }
     let failed: Vec<String> = events_with_reason(&sb, reasons::CIDR_ASSIGNMENT_FAILED)
         .into_iter()
         .map(|(n, ty, _)| {
@@ -120,9 +137,7 @@ async fn patch_failures_timeouts_and_committed_errors() {
             n
         })
         .collect();
-    assert!(failed.iter().any(|n| n == A), "A: {failed:?}");
-    assert!(failed.iter().any(|n| n == B), "B: {failed:?}");
-    assert!(!failed.iter().any(|n| n == C || n == D), "{failed:?}");
+    assert_eq!(failed, [A], "only A failed three times in a row");
 
     for i in 0..4 {
         sb.create_node(node_like(&template, &format!("more-{i}")))
@@ -146,20 +161,40 @@ async fn patch_failures_timeouts_and_committed_errors() {
     sb.shutdown().await;
 }
 
-/// Start-up LISTs fail twice (500), later the watch stream is dropped, and then the watch's
+/// Requests that gave the controller its initial state: LISTs, or streaming-list WATCHes
+/// (`sendInitialEvents=true`).
+fn initial_lists(sb: &nodeipam_tests::sandbox::SandboxHandle) -> usize {
+    sb.requests()
+        .iter()
+        .filter(|r| {
+            r.resource == Some(Resource::Nodes)
+                && (r.verb == Some(Verb::List)
+                    || (r.verb == Some(Verb::Watch) && r.query.contains("sendInitialEvents=true")))
+        })
+        .count()
+}
+
+/// Start-up lists fail twice (500), later the watch stream is dropped, and then the watch's
 /// resourceVersion is compacted away while Nodes change (so the re-watch gets `410 Expired` and
-/// the controller re-lists). A Node deleted while the controller was not watching is released
-/// (found through the re-list), Nodes created meanwhile are served.
-#[tokio::test]
-async fn failed_lists_dropped_watch_and_compaction() {
+/// the controller lists again). A Node deleted while the controller was not watching is released
+/// (found through the re-list), Nodes created meanwhile are served. Run with each initial-list
+/// strategy: a streaming list, and the paged LIST.
+async fn lists_fail_watch_drops_and_history_is_compacted(initial_list: InitialList) {
     init_tracing();
     let file = "03-aks-kubenet-3nodes.json";
     let sb = Sandbox::start(fixture(file)).await;
     let template = template_node(file);
-    sb.fail_next(Verb::List, Resource::Nodes, 2, FaultAction::Status(500));
+    let first_verb = match initial_list {
+        InitialList::Streaming => Verb::Watch,
+        InitialList::Paged => Verb::List,
+    };
+    sb.fail_next(first_verb, Resource::Nodes, 2, FaultAction::Status(500));
     let ipam = ipam("10.244.0.0/16", "10.0.0.0/16", masks(None, None, None));
-    let controller = spawn(&sb, fast_config(ipam.clone()));
+    let mut config = fast_config(ipam.clone());
+    config.initial_list = initial_list;
+    let controller = spawn(&sb, config);
     controller.wait_allocating(&sb).await;
+    assert!(sb.pending_faults().is_empty(), "both failures were seen");
     let health = controller.health.clone();
 
     // Dropped watch: the controller re-watches and sees new Nodes.
@@ -170,7 +205,7 @@ async fn failed_lists_dropped_watch_and_compaction() {
     }
     assert!(sb.wait_until(WAIT, |sb| unserved(sb).is_empty()).await);
     assert!(sb.wait_until(WAIT, |_| used(&health) == [8]).await);
-    let lists_before = sb.requests_of(Verb::List, Resource::Nodes).len();
+    let lists_before = initial_lists(&sb);
 
     // Drop the watch, change Nodes and compact — all before the controller can run again (the
     // test runtime is single-threaded and nothing here yields) — so its re-watch gets 410.
@@ -188,7 +223,7 @@ async fn failed_lists_dropped_watch_and_compaction() {
         used(&health)
     );
     assert!(
-        sb.requests_of(Verb::List, Resource::Nodes).len() > lists_before,
+        initial_lists(&sb) > lists_before,
         "no re-list after the 410"
     );
     let summary = controller.stop().await;
@@ -196,6 +231,16 @@ async fn failed_lists_dropped_watch_and_compaction() {
     assert_no_cidr_handed_out_twice(&sb);
     check_end_state(&sb, &ipam, &[], &summary);
     sb.shutdown().await;
+}
+
+#[tokio::test]
+async fn streaming_list_fails_watch_drops_and_history_is_compacted() {
+    lists_fail_watch_drops_and_history_is_compacted(InitialList::Streaming).await;
+}
+
+#[tokio::test]
+async fn paged_list_fails_watch_drops_and_history_is_compacted() {
+    lists_fail_watch_drops_and_history_is_compacted(InitialList::Paged).await;
 }
 
 /// Someone else sets the Node's podCIDRs while our PATCH is on its way: the API answers `422`

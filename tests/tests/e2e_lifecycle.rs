@@ -291,6 +291,7 @@ fn election(identity: &str) -> LeaderElection {
         identity: identity.to_owned(),
         lease_duration: Duration::from_secs(2),
         renew_deadline: Duration::from_secs(1),
+        retry_period: Duration::from_millis(200),
     }
 }
 

@@ -6,15 +6,17 @@ use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 
+use crate::reconcile::NodeName;
+
 /// Each Node's position in the schedule `min, 2·min, 4·min, …`, capped at `max`.
-pub(super) struct RetryBackoff {
+pub struct RetryBackoff {
     builder: ExponentialBuilder,
-    attempts: HashMap<String, ExponentialBackoff>,
+    attempts: HashMap<NodeName, ExponentialBackoff>,
 }
 
 impl RetryBackoff {
     /// No Node has failed yet; the first retry of any Node waits `min_delay`.
-    pub(super) fn new(min_delay: Duration, max_delay: Duration) -> RetryBackoff {
+    pub fn new(min_delay: Duration, max_delay: Duration) -> RetryBackoff {
         RetryBackoff {
             builder: ExponentialBuilder::default()
                 .with_min_delay(min_delay)
@@ -26,10 +28,10 @@ impl RetryBackoff {
     }
 
     /// The delay before `name`'s next retry; advances its schedule.
-    pub(super) fn next_delay(&mut self, name: &str) -> Duration {
+    pub fn next_delay(&mut self, name: &NodeName) -> Duration {
         let backoff = self
             .attempts
-            .entry(name.to_owned())
+            .entry(name.clone())
             .or_insert_with(|| self.builder.build());
         // Unreachable: the schedule has no limit on attempts or total delay.
         backoff.next().unwrap_or(Duration::from_secs(30))
@@ -37,7 +39,7 @@ impl RetryBackoff {
 
     /// Forgets `name`'s failures (success, deletion, a freed block): its next retry waits the
     /// minimum again.
-    pub(super) fn reset(&mut self, name: &str) {
+    pub fn reset(&mut self, name: &str) {
         self.attempts.remove(name);
     }
 }
@@ -49,7 +51,8 @@ mod tests {
     const SECOND: Duration = Duration::from_secs(1);
 
     fn delays(backoff: &mut RetryBackoff, name: &str, count: usize) -> Vec<Duration> {
-        (0..count).map(|_| backoff.next_delay(name)).collect()
+        let name: NodeName = name.into();
+        (0..count).map(|_| backoff.next_delay(&name)).collect()
     }
 
     #[test]
@@ -86,11 +89,15 @@ mod tests {
             delays(&mut backoff, "a", 3),
             [SECOND, SECOND * 2, SECOND * 4]
         );
-        assert_eq!(backoff.next_delay("b"), SECOND, "b has its own schedule");
+        assert_eq!(
+            backoff.next_delay(&"b".into()),
+            SECOND,
+            "b has its own schedule"
+        );
         backoff.reset("a");
         assert_eq!(delays(&mut backoff, "a", 2), [SECOND, SECOND * 2]);
         assert_eq!(
-            backoff.next_delay("b"),
+            backoff.next_delay(&"b".into()),
             SECOND * 2,
             "reset of a leaves b alone"
         );

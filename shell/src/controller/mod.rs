@@ -1,6 +1,8 @@
-//! The controller: list+watch Nodes, occupy what exists, then allocate through a de-duplicated
-//! work queue, one Node name at a time; PATCH through a token bucket; leader election; graceful
-//! shutdown.
+//! The controller: an informer (streaming or paged list, then watch) into a compact Node cache
+//! and a work queue; start-up occupy of every existing podCIDR; then a dispatcher that decides
+//! for each Node in queue order and runs the writes on up to `workers` concurrent tasks, through
+//! a token bucket; leader election; health; graceful shutdown. Every long-lived task is
+//! supervised: if one stops or panics, `/healthz` fails and [`run`] returns an error.
 //!
 //! Tests drive it in-process:
 //!
@@ -22,25 +24,34 @@
 //! ```
 
 mod backoff;
+pub mod client;
 mod health;
+pub mod informer;
 mod limiter;
+pub mod node;
+pub mod patch;
+mod pipeline;
 mod queue;
-mod worker;
+pub mod worker;
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use futures::FutureExt;
 use kube::Client;
-use kube::config::{Config, KubeConfigOptions, Kubeconfig};
 use kube_lease_manager::LeaseManagerBuilder;
 use nodeipam_core::{Cidr, IpamConfig};
 use tokio::sync::watch;
 
-pub use health::{Health, router as health_router, serve as serve_health};
+pub use health::{
+    Health, metrics_router, router as health_router, serve as serve_health, serve_router,
+};
+pub use informer::InitialList;
 pub use limiter::WriteLimiter;
-pub use queue::{QUEUE_CAPACITY, WorkQueue};
+pub use queue::WorkQueue;
+pub use worker::WriteGate;
 
 use crate::Error;
 use crate::flags::ControllerFlags;
@@ -48,6 +59,9 @@ use crate::reconcile::PoolStats;
 
 /// Name of the controller (events' `reportingController`, field manager).
 pub const CONTROLLER_NAME: &str = "nodeipam-controller";
+
+/// Upstream's `cidrUpdateWorkers`: concurrent PATCHes of `spec.podCIDR(s)`.
+pub const DEFAULT_WORKERS: usize = 30;
 
 /// Leader-election settings (`--leader-elect-*`).
 #[derive(Debug, Clone)]
@@ -60,8 +74,10 @@ pub struct LeaderElection {
     pub identity: String,
     /// Lease duration (whole seconds are used; at least 1 s).
     pub lease_duration: Duration,
-    /// Renew deadline: the leader renews `lease_duration − renew_deadline` before expiry.
+    /// Renew deadline: the leader gives up leadership when it cannot renew for this long.
     pub renew_deadline: Duration,
+    /// Wait between attempts to acquire or renew the Lease.
+    pub retry_period: Duration,
 }
 
 /// Everything [`run`] needs besides the client and the shutdown signal.
@@ -79,16 +95,26 @@ pub struct ControllerConfig {
     pub health: Health,
     /// Events' `reportingInstance` (e.g. the pod name).
     pub instance: Option<String>,
-    /// How long one PATCH may take before the Node is re-read (default 10 s).
+    /// How long one request may take, client and server side (default 10 s).
     pub request_timeout: Duration,
     /// First retry delay after a failure or an exhausted pool (default 250 ms).
     pub retry_min_delay: Duration,
     /// Retry delay cap (default 30 s).
     pub retry_max_delay: Duration,
+    /// Concurrent writes (default [`DEFAULT_WORKERS`]).
+    pub workers: usize,
+    /// How the informer gets its initial state (default: streaming list, falling back to a paged
+    /// LIST).
+    pub initial_list: InitialList,
+    /// Without leader election: no write starts until this long after start-up, so a write the
+    /// previous process left in flight has passed its server-side deadline first (default 0 in
+    /// [`ControllerConfig::new`]; the request timeout when built from flags).
+    pub startup_write_fence: Duration,
 }
 
 impl ControllerConfig {
-    /// Defaults: 20 qps, burst 30, no leader election, 10 s request timeout, retries 250 ms→30 s.
+    /// Defaults: 20 qps, burst 30, no leader election, 10 s request timeout, retries 250 ms→30 s,
+    /// 30 workers, streaming list, no start-up write fence.
     pub fn new(ipam: IpamConfig) -> ControllerConfig {
         ControllerConfig {
             ipam,
@@ -100,6 +126,9 @@ impl ControllerConfig {
             request_timeout: Duration::from_secs(10),
             retry_min_delay: Duration::from_millis(250),
             retry_max_delay: Duration::from_secs(30),
+            workers: DEFAULT_WORKERS,
+            initial_list: InitialList::Streaming,
+            startup_write_fence: Duration::ZERO,
         }
     }
 
@@ -110,6 +139,7 @@ impl ControllerConfig {
         config.kube_api_qps = flags.kube_api_qps;
         config.kube_api_burst = flags.kube_api_burst;
         config.instance = Some(identity.clone());
+        config.workers = flags.node_cidr_update_workers;
         if flags.leader_elect {
             config.leader_election = Some(LeaderElection {
                 namespace: flags.leader_elect_resource_namespace.clone(),
@@ -117,7 +147,10 @@ impl ControllerConfig {
                 identity,
                 lease_duration: flags.leader_elect_lease_duration,
                 renew_deadline: flags.leader_elect_renew_deadline,
+                retry_period: flags.leader_elect_retry_period,
             });
+        } else {
+            config.startup_write_fence = config.request_timeout + Duration::from_secs(1);
         }
         config
     }
@@ -140,61 +173,84 @@ pub struct RunSummary {
     pub held: BTreeMap<String, Vec<Cidr>>,
 }
 
-/// A client for an API server URL with no credentials (tests, `kubectl proxy`).
+/// A client for an API server URL with no credentials (tests, `kubectl proxy`); a URL without a
+/// scheme gets `http://`, as `--master` does.
 ///
 /// # Errors
 /// [`Error::ClientConfig`] for a bad URL or TLS setup.
 pub fn client_for_url(url: &str) -> Result<Client, Error> {
-    let uri = url
-        .parse()
-        .map_err(|e| Error::ClientConfig(format!("{url}: {e}")))?;
-    Client::try_from(Config::new(uri)).map_err(|e| Error::ClientConfig(e.to_string()))
+    let config = client::config_for_url(url)?;
+    Client::try_from(config).map_err(|e| Error::client_config(url, e.to_string()))
 }
 
-/// A client from `--kubeconfig`, else in-cluster config or `$KUBECONFIG`/`~/.kube/config`
-/// (`Config::infer`); `--master` overrides the server URL (and alone is enough).
+/// A client as kube-controller-manager builds it from `--kubeconfig`/`--master` (see
+/// [`client`]).
 ///
 /// # Errors
-/// [`Error::ClientConfig`] naming what failed.
+/// [`Error::ClientConfig`] naming what failed (exit status 2).
 pub async fn client_from_flags(flags: &ControllerFlags) -> Result<Client, Error> {
-    let mut config = match (&flags.kubeconfig, &flags.master) {
-        (Some(path), _) => {
-            let kubeconfig = Kubeconfig::read_from(path).map_err(|e| {
-                Error::ClientConfig(format!("--kubeconfig {}: {e}", path.display()))
-            })?;
-            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .map_err(|e| Error::ClientConfig(format!("--kubeconfig {}: {e}", path.display())))?
-        }
-        (None, Some(master)) => match Config::infer().await {
-            Ok(config) => config,
-            Err(_) => Config::new(
-                master
-                    .parse()
-                    .map_err(|e| Error::ClientConfig(format!("--master {master}: {e}")))?,
-            ),
-        },
-        (None, None) => Config::infer()
-            .await
-            .map_err(|e| Error::ClientConfig(e.to_string()))?,
+    let config = client::config_from_flags(flags).await?;
+    let origin = match (&flags.kubeconfig, &flags.master) {
+        (Some(path), _) => format!("--kubeconfig {}", path.display()),
+        (None, Some(_)) => "--master".to_owned(),
+        (None, None) => "the inferred client configuration".to_owned(),
     };
-    if let Some(master) = &flags.master {
-        config.cluster_url = master
-            .parse()
-            .map_err(|e| Error::ClientConfig(format!("--master {master}: {e}")))?;
+    Client::try_from(config).map_err(|e| Error::client_config(origin, e.to_string()))
+}
+
+/// The process-wide record of a panic, set by the hook [`install_panic_hook`] installs.
+fn panic_channel() -> &'static watch::Sender<Option<String>> {
+    static PANICKED: OnceLock<watch::Sender<Option<String>>> = OnceLock::new();
+    PANICKED.get_or_init(|| watch::Sender::new(None))
+}
+
+pub(crate) fn panic_watch() -> watch::Receiver<Option<String>> {
+    panic_channel().subscribe()
+}
+
+/// The text of a panic payload.
+pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "(no message)".to_owned()
     }
-    Client::try_from(config).map_err(|e| Error::ClientConfig(e.to_string()))
+}
+
+/// Installs a panic hook that logs a panic as one error line (message and location) and makes
+/// a running [`run`] fail, whichever task panicked — including tasks inside the client stack that
+/// the controller does not own (a panicking request-buffer worker otherwise leaves a process that
+/// retries forever and answers `/healthz` with 200).
+pub fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let message = panic_text(info.payload());
+        let location = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let thread = std::thread::current();
+        tracing::error!(
+            panic = %message,
+            %location,
+            thread = thread.name().unwrap_or("?"),
+            "a task panicked; exiting"
+        );
+        panic_channel().send_replace(Some(format!("{message} at {location}")));
+    }));
 }
 
 /// Runs the controller until `shutdown` resolves: (with leader election, wait for the Lease) →
 /// list all Nodes → occupy every existing podCIDR → allocate for Nodes without podCIDRs, watching
-/// for changes. On shutdown: stop taking work, finish the in-flight PATCH, release the Lease,
+/// for changes. On shutdown: stop taking work, finish the in-flight writes, release the Lease,
 /// return the final state.
 ///
 /// # Errors
 /// [`Error::Pool`] if a service CIDR fills a cluster CIDR; [`Error::LeaderElection`] if the Lease
 /// cannot be managed; [`Error::LeadershipLost`] if this instance was leading and lost the Lease
-/// (the caller should exit non-zero, as kube-controller-manager does).
+/// (the caller should exit non-zero, as kube-controller-manager does); [`Error::TaskFailed`] if a
+/// long-lived task stopped or panicked.
 pub async fn run(
     config: ControllerConfig,
     client: Client,
@@ -215,7 +271,12 @@ pub async fn run(
     }
     let Some(election) = config.leader_election.clone() else {
         health.set_leading(true);
-        let summary = worker::pipeline(config, client, stop_rx).await;
+        let gate = WriteGate {
+            not_before: tokio::time::Instant::now() + config.startup_write_fence,
+            lease_valid_until: None,
+            write_duration: config.request_timeout + Duration::from_secs(1),
+        };
+        let summary = pipeline::run(config, client, stop_rx, gate).await;
         health.set_ready(false);
         return summary;
     };
@@ -276,7 +337,12 @@ pub async fn run(
             let _ = stop_tx.send(true);
         })
     };
-    let summary = worker::pipeline(config, client, stop_rx).await;
+    let gate = WriteGate {
+        not_before: tokio::time::Instant::now(),
+        lease_valid_until: None,
+        write_duration: config.request_timeout + Duration::from_secs(1),
+    };
+    let summary = pipeline::run(config, client, stop_rx, gate).await;
     stop_on_loss.abort();
     health.set_leading(false);
     health.set_ready(false);

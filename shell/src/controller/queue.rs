@@ -1,106 +1,199 @@
-//! The de-duplicated, bounded work queue of Node names between the watcher and the allocator
-//! task: an `embassy-sync` [`Channel`] (executor-agnostic, driven by tokio here) plus the set of
-//! names currently queued, so a name is queued at most once however many events arrive.
+//! The work queue of Node names between the informer and the workers, with client-go
+//! `workqueue` semantics (`k8s.io/client-go/util/workqueue/queue.go`):
+//! - a name is queued at most once however many events arrive for it (the *dirty* set);
+//! - a name handed out by [`WorkQueue::get`] is *processing* until [`WorkQueue::done`]; adding it
+//!   meanwhile only marks it dirty, and `done` queues it again — so one Node name is never in two
+//!   workers at once, and an event that arrives during its reconcile is not lost;
+//! - [`WorkQueue::add_after`] queues a name after a delay (retries), keeping only the earliest
+//!   pending delay per name;
+//! - it is unbounded: adding never waits, so the informer always keeps reading its watch stream.
+//!   Its size is bounded by the number of distinct Node names anyway.
 
-use std::collections::HashSet;
-use std::sync::{Mutex, PoisonError};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex;
-use embassy_sync::channel::Channel;
+use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::metric_names;
+use crate::reconcile::NodeName;
 
-/// Queue capacity, in Node names. A full queue makes producers wait (backpressure on the watch).
-pub const QUEUE_CAPACITY: usize = 1024;
-
-/// A bounded FIFO of Node names with de-duplication.
+/// A de-duplicated FIFO of Node names with per-name exclusivity and delayed adds.
+#[derive(Default)]
 pub struct WorkQueue {
-    channel: Channel<CriticalSectionRawMutex, String, QUEUE_CAPACITY>,
-    queued: Mutex<HashSet<String>>,
+    state: Mutex<State>,
+    /// Woken by every change a waiting [`WorkQueue::get`] may care about.
+    changed: Notify,
 }
 
-impl Default for WorkQueue {
-    fn default() -> Self {
-        WorkQueue::new()
+#[derive(Default)]
+struct State {
+    /// Names ready to be handed out, in order.
+    ready: VecDeque<NodeName>,
+    /// Names that need processing (ready, or processing and to be queued again when done).
+    dirty: HashSet<NodeName>,
+    /// Names handed out and not yet done.
+    processing: HashSet<NodeName>,
+    /// Delayed adds: (due, sequence, name), earliest first.
+    delayed: BinaryHeap<Reverse<(Instant, u64, NodeName)>>,
+    /// The earliest pending delayed add per name (later ones for the same name are dropped).
+    due: HashMap<NodeName, Instant>,
+    next_sequence: u64,
+    shutting_down: bool,
+}
+
+impl State {
+    fn add(&mut self, name: NodeName) -> bool {
+        if self.shutting_down || self.dirty.contains(&name) {
+            return false;
+        }
+        self.dirty.insert(name.clone());
+        if self.processing.contains(&name) {
+            return false;
+        }
+        self.ready.push_back(name);
+        true
+    }
+
+    /// Moves every delayed add that is due at `now` into the ready queue.
+    fn promote_due(&mut self, now: Instant) {
+        while let Some(Reverse((due, _, _))) = self.delayed.peek() {
+            if *due > now {
+                break;
+            }
+            let Some(Reverse((due, _, name))) = self.delayed.pop() else {
+                break;
+            };
+            // Only the earliest delayed add per name is live; others were superseded.
+            if self.due.get(&name) == Some(&due) {
+                self.due.remove(&name);
+                self.add(name);
+            }
+        }
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        self.delayed.peek().map(|Reverse((due, _, _))| *due)
     }
 }
 
 impl WorkQueue {
     /// An empty queue.
     pub fn new() -> WorkQueue {
-        WorkQueue {
-            channel: Channel::new(),
-            queued: Mutex::new(HashSet::new()),
+        WorkQueue::default()
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn report_depth(state: &State) {
+        metrics::gauge!(metric_names::WORKQUEUE_DEPTH).set(state.ready.len() as f64);
+    }
+
+    /// Queues `name` unless it is already waiting (or processing: then it is queued again when
+    /// [`WorkQueue::done`]). Never waits. Ignored after [`WorkQueue::shut_down`].
+    pub fn add(&self, name: NodeName) {
+        let mut state = self.state();
+        if state.add(name) {
+            Self::report_depth(&state);
+            drop(state);
+            self.changed.notify_one();
         }
     }
 
-    /// Queues `name` unless it is already waiting; waits while the queue is full (a name whose
-    /// push is waiting counts as waiting). Cancel-safe: if this future is dropped before the name
-    /// entered the channel, the name is forgotten, so a later push of it is not lost as a
-    /// "duplicate".
-    pub async fn push(&self, name: String) {
-        {
-            let mut queued = self.queued.lock().unwrap_or_else(PoisonError::into_inner);
-            if !queued.insert(name.clone()) {
-                return;
+    /// Queues `name` once `delay` has passed (tokio time). Until then events for it are still
+    /// delivered at once. If an earlier delayed add of `name` is pending, this one is dropped.
+    pub fn add_after(&self, name: NodeName, delay: Duration) {
+        if delay.is_zero() {
+            return self.add(name);
+        }
+        let due = Instant::now() + delay;
+        let mut state = self.state();
+        if state.shutting_down || state.due.get(&name).is_some_and(|d| *d <= due) {
+            return;
+        }
+        state.due.insert(name.clone(), due);
+        let sequence = state.next_sequence;
+        state.next_sequence += 1;
+        state.delayed.push(Reverse((due, sequence, name)));
+        drop(state);
+        // The waiting `get` may need to wake earlier than it planned.
+        self.changed.notify_one();
+    }
+
+    /// Takes the next ready name, waiting for one (delayed adds become ready when due). The name
+    /// is *processing* until [`WorkQueue::done`]. `None` once the queue is shut down.
+    pub async fn get(&self) -> Option<NodeName> {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let next_due = {
+                let mut state = self.state();
+                if state.shutting_down {
+                    return None;
+                }
+                state.promote_due(Instant::now());
+                if let Some(name) = state.ready.pop_front() {
+                    state.dirty.remove(&name);
+                    state.processing.insert(name.clone());
+                    Self::report_depth(&state);
+                    return Some(name);
+                }
+                state.next_due()
+            };
+            match next_due {
+                Some(due) => {
+                    tokio::select! {
+                        () = &mut changed => {}
+                        () = tokio::time::sleep_until(due) => {}
+                    }
+                }
+                None => changed.await,
             }
-            metrics::gauge!(metric_names::WORKQUEUE_DEPTH).set(queued.len() as f64);
         }
-        let mut reservation = Reservation {
-            queue: self,
-            name: Some(name.clone()),
-        };
-        self.channel.send(name).await;
-        reservation.name = None;
     }
 
-    fn forget(&self, name: &str) {
-        let mut queued = self.queued.lock().unwrap_or_else(PoisonError::into_inner);
-        queued.remove(name);
-        metrics::gauge!(metric_names::WORKQUEUE_DEPTH).set(queued.len() as f64);
+    /// `name`'s reconcile is over: if it was added meanwhile, it is queued again.
+    pub fn done(&self, name: &NodeName) {
+        let mut state = self.state();
+        state.processing.remove(name);
+        if state.dirty.contains(name) && !state.shutting_down {
+            state.ready.push_back(name.clone());
+            Self::report_depth(&state);
+            drop(state);
+            self.changed.notify_one();
+        }
     }
 
-    /// Waits `delay` (tokio time), then [`push`](WorkQueue::push)es `name`: a retry. Until then
-    /// `name` is not queued, so events for it are still delivered at once.
-    pub async fn push_after(&self, name: String, delay: Duration) {
-        tokio::time::sleep(delay).await;
-        self.push(name).await;
+    /// Stops handing out names: a waiting [`WorkQueue::get`] returns `None`, adds are ignored.
+    pub fn shut_down(&self) {
+        self.state().shutting_down = true;
+        self.changed.notify_waiters();
+        self.changed.notify_one();
     }
 
-    /// Takes the next name, waiting for one. Once taken, the name can be queued again (so an
-    /// event that arrives during its reconcile is not lost).
-    pub async fn pop(&self) -> String {
-        let name = self.channel.receive().await;
-        self.forget(&name);
-        name
-    }
-
-    /// Names waiting.
+    /// Names ready to be handed out now.
     pub fn len(&self) -> usize {
-        self.queued
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.state().ready.len()
     }
 
-    /// Whether no name is waiting.
+    /// Whether no name is ready.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-}
 
-/// A name recorded as queued whose send has not completed yet; dropping it un-records the name.
-struct Reservation<'a> {
-    queue: &'a WorkQueue,
-    name: Option<String>,
-}
+    /// Names handed out and not yet done.
+    pub fn processing(&self) -> usize {
+        self.state().processing.len()
+    }
 
-impl Drop for Reservation<'_> {
-    fn drop(&mut self) {
-        if let Some(name) = self.name.take() {
-            self.queue.forget(&name);
-        }
+    /// Delayed adds still pending.
+    pub fn delayed(&self) -> usize {
+        self.state().due.len()
     }
 }
 
@@ -109,128 +202,151 @@ mod tests {
     use std::sync::Arc;
 
     use futures::poll;
-    use tokio::time::{Instant, advance, timeout};
+    use tokio::time::{advance, timeout};
 
     use super::*;
 
     /// Far longer than anything in these tests; under paused time it costs nothing.
     const FOREVER: Duration = Duration::from_secs(24 * 3600);
 
-    #[tokio::test]
+    fn n(name: &str) -> NodeName {
+        name.into()
+    }
+
+    async fn get(queue: &WorkQueue) -> NodeName {
+        timeout(FOREVER, queue.get())
+            .await
+            .expect("a name is ready")
+            .expect("not shut down")
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn deduplicates_and_keeps_order() {
         let queue = WorkQueue::new();
-        queue.push("a".into()).await;
-        queue.push("b".into()).await;
-        queue.push("a".into()).await;
-        assert_eq!(queue.len(), 2);
-        assert_eq!(queue.pop().await, "a");
-        queue.push("a".into()).await;
-        assert_eq!(queue.pop().await, "b");
-        assert_eq!(queue.pop().await, "a");
-        assert!(queue.is_empty());
-    }
-
-    /// A push cancelled while the queue is full must not leave the name marked as queued.
-    #[tokio::test(start_paused = true)]
-    async fn a_cancelled_push_does_not_swallow_later_pushes() {
-        let queue = WorkQueue::new();
-        for i in 0..QUEUE_CAPACITY {
-            queue.push(format!("n{i}")).await;
+        for name in ["a", "b", "a", "c", "b"] {
+            queue.add(n(name));
         }
-        let cancelled = timeout(Duration::from_secs(1), queue.push("late".into())).await;
-        assert!(cancelled.is_err(), "the queue is full: the push must wait");
-        assert_eq!(
-            queue.len(),
-            QUEUE_CAPACITY,
-            "the cancelled name is forgotten"
-        );
-        assert_eq!(queue.pop().await, "n0");
-        queue.push("late".into()).await;
-        assert_eq!(queue.len(), QUEUE_CAPACITY);
-        for i in 1..QUEUE_CAPACITY {
-            assert_eq!(queue.pop().await, format!("n{i}"));
+        assert_eq!(queue.len(), 3);
+        for want in ["a", "b", "c"] {
+            let got = get(&queue).await;
+            assert_eq!(&*got, want);
+            queue.done(&got);
         }
-        assert_eq!(queue.pop().await, "late");
-        assert!(queue.is_empty());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_name_queued_twice_is_delivered_once_while_pending() {
-        let queue = WorkQueue::new();
-        for _ in 0..3 {
-            queue.push("a".into()).await;
-        }
-        assert_eq!(queue.pop().await, "a");
         assert!(queue.is_empty());
         assert!(
-            timeout(FOREVER, queue.pop()).await.is_err(),
+            timeout(FOREVER, queue.get()).await.is_err(),
             "no second delivery"
         );
     }
 
+    /// One Node name is never handed to two workers at once; an add during processing is kept
+    /// and delivered after `done`.
     #[tokio::test(start_paused = true)]
-    async fn a_full_queue_blocks_new_names_until_one_is_taken() {
-        let queue = Arc::new(WorkQueue::new());
-        for index in 0..QUEUE_CAPACITY {
-            queue.push(format!("node-{index}")).await;
-        }
-        assert_eq!(queue.len(), QUEUE_CAPACITY);
-        // A name already waiting is dropped at once, even when the queue is full.
-        timeout(FOREVER, queue.push("node-7".into()))
-            .await
-            .expect("a duplicate never waits");
-
-        let mut extra = tokio::spawn({
-            let queue = queue.clone();
-            async move { queue.push("extra".into()).await }
-        });
+    async fn a_processing_name_is_held_back_until_done() {
+        let queue = WorkQueue::new();
+        queue.add(n("a"));
+        let a = get(&queue).await;
+        queue.add(n("a"));
+        queue.add(n("b"));
+        assert_eq!(&*get(&queue).await, "b", "a is still processing");
         assert!(
-            timeout(FOREVER, &mut extra).await.is_err(),
-            "a new name waits while the queue is full"
+            timeout(FOREVER, queue.get()).await.is_err(),
+            "a is not handed out twice"
         );
+        queue.done(&a);
+        assert_eq!(
+            &*get(&queue).await,
+            "a",
+            "the add during processing is kept"
+        );
+    }
 
-        assert_eq!(queue.pop().await, "node-0");
-        timeout(FOREVER, &mut extra)
-            .await
-            .expect("a free slot lets the waiting producer in")
-            .expect("joined");
-        for index in 1..QUEUE_CAPACITY {
-            assert_eq!(queue.pop().await, format!("node-{index}"));
-        }
-        assert_eq!(queue.pop().await, "extra", "FIFO behind the backlog");
+    #[tokio::test(start_paused = true)]
+    async fn add_after_delivers_at_the_delay_not_before() {
+        let queue = Arc::new(WorkQueue::new());
+        let start = Instant::now();
+        queue.add_after(n("a"), Duration::from_secs(5));
+        let waiter = {
+            let queue = queue.clone();
+            tokio::spawn(async move { queue.get().await })
+        };
+        advance(Duration::from_millis(4999)).await;
+        assert!(!waiter.is_finished(), "not before the delay");
+        let got = waiter.await.expect("joined").expect("a name");
+        assert_eq!(&*got, "a");
+        assert_eq!(start.elapsed(), Duration::from_secs(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_earliest_delayed_add_wins_and_later_ones_are_dropped() {
+        let queue = WorkQueue::new();
+        let start = Instant::now();
+        queue.add_after(n("a"), Duration::from_secs(10));
+        queue.add_after(n("a"), Duration::from_secs(2));
+        queue.add_after(n("a"), Duration::from_secs(7));
+        assert_eq!(queue.delayed(), 1);
+        let a = get(&queue).await;
+        assert_eq!(start.elapsed(), Duration::from_secs(2));
+        queue.done(&a);
+        assert!(
+            timeout(FOREVER, queue.get()).await.is_err(),
+            "the superseded 10 s add does not fire"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_event_before_the_retry_is_delivered_at_once() {
+        let queue = WorkQueue::new();
+        queue.add_after(n("a"), Duration::from_secs(30));
+        let start = Instant::now();
+        queue.add(n("a"));
+        let a = get(&queue).await;
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        queue.done(&a);
+        // The retry still fires (a harmless extra reconcile, as in client-go).
+        let _ = get(&queue).await;
+        assert_eq!(start.elapsed(), Duration::from_secs(30));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiting_get_wakes_for_an_earlier_delayed_add() {
+        let queue = Arc::new(WorkQueue::new());
+        queue.add_after(n("late"), Duration::from_secs(60));
+        let start = Instant::now();
+        let waiter = {
+            let queue = queue.clone();
+            tokio::spawn(async move { queue.get().await })
+        };
+        tokio::task::yield_now().await;
+        queue.add_after(n("soon"), Duration::from_secs(1));
+        let got = waiter.await.expect("joined").expect("a name");
+        assert_eq!(&*got, "soon");
+        assert_eq!(start.elapsed(), Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shut_down_wakes_the_waiting_get_and_ignores_adds() {
+        let queue = Arc::new(WorkQueue::new());
+        let waiter = {
+            let queue = queue.clone();
+            tokio::spawn(async move { queue.get().await })
+        };
+        tokio::task::yield_now().await;
+        let mut waiter = std::pin::pin!(waiter);
+        assert!(poll!(&mut waiter).is_pending());
+        queue.shut_down();
+        assert_eq!(waiter.await.expect("joined"), None);
+        queue.add(n("a"));
         assert!(queue.is_empty());
     }
 
     #[tokio::test(start_paused = true)]
-    async fn push_after_delivers_at_the_delay_not_before() {
+    async fn adding_never_waits_however_many_names() {
         let queue = WorkQueue::new();
-        let delay = Duration::from_secs(5);
-        let start = Instant::now();
-        let retry = queue.push_after("a".into(), delay);
-        let mut retry = std::pin::pin!(retry);
-        assert!(poll!(&mut retry).is_pending(), "starts the timer");
-
-        advance(delay - Duration::from_millis(1)).await;
-        assert!(poll!(&mut retry).is_pending());
-        assert!(queue.is_empty(), "not queued before the delay");
-
-        advance(Duration::from_millis(1)).await;
-        assert!(poll!(&mut retry).is_ready());
-        assert_eq!(start.elapsed(), delay);
-        assert_eq!(queue.pop().await, "a");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn push_after_of_a_pending_name_is_dropped() {
-        let queue = WorkQueue::new();
-        let retry = queue.push_after("a".into(), Duration::from_secs(1));
-        let mut retry = std::pin::pin!(retry);
-        assert!(poll!(&mut retry).is_pending());
-        queue.push("a".into()).await;
-        advance(Duration::from_secs(1)).await;
-        assert!(poll!(&mut retry).is_ready());
-        assert_eq!(queue.len(), 1, "the retry joined the pending entry");
-        assert_eq!(queue.pop().await, "a");
-        assert!(timeout(FOREVER, queue.pop()).await.is_err());
+        for i in 0..50_000 {
+            queue.add(format!("node-{i}").into());
+        }
+        assert_eq!(queue.len(), 50_000);
+        assert_eq!(&*get(&queue).await, "node-0");
     }
 }

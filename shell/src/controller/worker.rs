@@ -1,396 +1,358 @@
-//! The pipeline: watcher task (list+watch → store → queue) and allocator task (queue → decide →
-//! PATCH/events/metrics). The allocator task is the only code that writes.
+//! The dispatcher and its workers: Node names come off the work queue in order, the decision for
+//! each is made at once under the allocator's lock (so allocation order is the queue's order, as
+//! with one worker), and the I/O it needs — the PATCH, a re-read, events — runs on one of at most
+//! `workers` concurrent tasks (upstream's `cidrUpdateWorkers`, 30). A hung request occupies one
+//! worker, not the controller. The queue never hands one Node name to two workers at once.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{Patch, PatchParams};
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
+use kube::{Api, Client};
 use nodeipam_core::Cidr;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 use super::backoff::RetryBackoff;
-use super::{CONTROLLER_NAME, ControllerConfig, Health, RunSummary, WorkQueue, WriteLimiter};
-use crate::reconcile::{Action, Allocator, Decision, EventKind, EventSpec, MetricEvent, NodeView};
+use super::informer::NodeCache;
+use super::node::SlimNode;
+use super::patch::{self, is_client_broken};
+use super::{CONTROLLER_NAME, Health, WorkQueue, WriteLimiter};
+use crate::reconcile::{
+    Action, Allocator, Decision, EventKind, EventSpec, MetricEvent, Next, NodeName, PatchOutcome,
+};
 use crate::{Error, metric_names, metrics as m};
 
-type Shared = Arc<Mutex<Allocator>>;
-
-/// Start-up skip events waiting for their Node's first reconcile (keyed by Node name).
-type StartupEvents = Arc<Mutex<BTreeMap<String, Vec<EventSpec>>>>;
-
-fn lock(allocator: &Shared) -> std::sync::MutexGuard<'_, Allocator> {
-    allocator.lock().unwrap_or_else(PoisonError::into_inner)
+/// When a new PATCH may start.
+///
+/// - Not before `not_before`: after a restart without leader election, a write the previous
+///   process sent just before it died may still be applied by the API server until that write's
+///   own deadline (`timeout=` = the request timeout) has passed; allocating from a pool that
+///   believes that block free could give it to a second Node.
+/// - With leader election, only while our Lease is surely ours for longer than a whole request
+///   (`valid_until` − now > request timeout + 1 s): a standby can acquire the Lease only after it
+///   expired, and by then every write this leader started has hit its server-side deadline.
+#[derive(Debug, Clone)]
+pub struct WriteGate {
+    /// No write starts before this instant.
+    pub not_before: Instant,
+    /// With leader election: until when our Lease is surely ours (`None` while not leading).
+    pub lease_valid_until: Option<watch::Receiver<Option<Instant>>>,
+    /// The time one write may take, server side plus the answer (request timeout + 1 s).
+    pub write_duration: Duration,
 }
 
-/// Runs watcher + allocator until `stop` becomes true; returns the final state.
-pub(super) async fn pipeline(
-    config: ControllerConfig,
-    client: Client,
-    stop: watch::Receiver<bool>,
-) -> Result<RunSummary, Error> {
-    let allocator: Shared = Arc::new(Mutex::new(
-        Allocator::new(&config.ipam).map_err(Error::Pool)?,
-    ));
-    for cluster in &config.ipam.cluster_cidrs {
-        if cluster.host_bits_were_set {
-            tracing::warn!(cluster_cidr = %cluster.cluster_cidr, "--cluster-cidr had host bits set; using the network address");
+impl WriteGate {
+    /// A gate that is always open (tests; a process that knows no earlier one ran).
+    pub fn open() -> WriteGate {
+        WriteGate {
+            not_before: Instant::now(),
+            lease_valid_until: None,
+            write_duration: Duration::from_secs(11),
         }
     }
-    let queue = Arc::new(WorkQueue::new());
-    let startup_events: StartupEvents = Arc::new(Mutex::new(BTreeMap::new()));
-    let api: Api<Node> = Api::all(client.clone());
-    let (store, writer) = reflector::store::<Node>();
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: CONTROLLER_NAME.to_owned(),
-            instance: config.instance.clone(),
-        },
-    );
-    let worker = Worker {
-        api: api.clone(),
-        store: store.clone(),
-        allocator: allocator.clone(),
-        queue: queue.clone(),
-        recorder,
-        limiter: WriteLimiter::new(config.kube_api_qps, config.kube_api_burst),
-        health: config.health.clone(),
-        request_timeout: config.request_timeout,
-        backoff: RetryBackoff::new(config.retry_min_delay, config.retry_max_delay),
-        waiting: BTreeSet::new(),
-        retries: JoinSet::new(),
-        startup_events: startup_events.clone(),
-    };
 
-    let watch_task = tokio::spawn(watch_nodes(
-        WatchTask {
-            api,
-            store,
-            allocator: allocator.clone(),
-            queue: queue.clone(),
-            health: config.health.clone(),
-            startup_events: startup_events.clone(),
-        },
-        writer,
-        stop.clone(),
-    ));
-    let result = worker.run(stop).await;
-    watch_task.abort();
-    let _ = watch_task.await;
-    result?;
-    let allocator = lock(&allocator);
-    Ok(RunSummary {
-        pools: allocator.pool_stats(),
-        held: allocator
-            .known_names()
-            .into_iter()
-            .filter_map(|name| {
-                let held = allocator.held(&name)?.to_vec();
-                Some((name, held))
-            })
-            .collect(),
-    })
-}
-
-/// What the watcher task shares with the allocator task.
-struct WatchTask {
-    api: Api<Node>,
-    store: Store<Node>,
-    allocator: Shared,
-    queue: Arc<WorkQueue>,
-    health: Health,
-    startup_events: StartupEvents,
-}
-
-/// Watches Nodes into the store; on the first complete list runs the start-up occupy, then
-/// queues every Node; afterwards queues every changed or deleted Node (and, after a re-list,
-/// every Node known to the store or the allocator).
-async fn watch_nodes(
-    task: WatchTask,
-    writer: reflector::store::Writer<Node>,
-    mut stop: watch::Receiver<bool>,
-) {
-    let WatchTask {
-        api,
-        store,
-        allocator,
-        queue,
-        health,
-        startup_events,
-    } = task;
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .reflect(writer);
-    let mut stream = std::pin::pin!(stream);
-    let mut started = false;
-    loop {
-        let event = tokio::select! {
-            () = super::stopped(&mut stop) => return,
-            event = stream.next() => event,
+    /// Waits until a write may start. `false`: it never may (leadership is gone).
+    async fn wait(&self) -> bool {
+        tokio::time::sleep_until(self.not_before).await;
+        let Some(valid_until) = &self.lease_valid_until else {
+            return true;
         };
-        let Some(event) = event else { return };
-        match event {
-            Ok(watcher::Event::InitDone) => {
-                let mut nodes: Vec<Arc<Node>> = store.state();
-                nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-                let mut names: BTreeSet<String> = nodes
-                    .iter()
-                    .filter_map(|n| n.metadata.name.clone())
-                    .collect();
-                if !started {
-                    started = true;
-                    let views: Vec<NodeView> =
-                        nodes.iter().map(|n| NodeView::from_node(n)).collect();
-                    let decisions = lock(&allocator).startup_occupy(&views);
-                    let skipped = decisions
-                        .iter()
-                        .filter(|(_, d)| matches!(d.action, Action::Skip { .. }))
-                        .count();
-                    tracing::info!(
-                        nodes = nodes.len(),
-                        occupied = decisions.len() - skipped,
-                        skipped,
-                        "start-up occupy done; allocating"
-                    );
-                    // Skip events are published by the allocator task when it reconciles the
-                    // Node; record metrics now.
-                    for (name, decision) in &decisions {
-                        for metric in &decision.metrics {
-                            m::apply(metric);
-                        }
-                        if let Action::Skip { reason } = &decision.action {
-                            tracing::warn!(node = %name, %reason, "skipping Node");
-                        }
-                    }
-                    {
-                        let allocator = lock(&allocator);
-                        m::set_pool_gauges(&allocator.pool_stats(), allocator.skipped_count());
-                        health.set_pools(allocator.pool_stats());
-                    }
-                    health.set_ready(true);
-                    // Report start-up skips as events on the first reconcile of each Node.
-                    for (name, decision) in decisions {
-                        if !decision.events.is_empty() {
-                            startup_events
-                                .lock()
-                                .unwrap_or_else(PoisonError::into_inner)
-                                .insert(name, decision.events);
-                        }
-                    }
-                } else {
-                    names.extend(lock(&allocator).known_names());
-                }
-                for name in names {
-                    queue.push(name).await;
-                }
+        let mut valid_until = valid_until.clone();
+        loop {
+            let until = *valid_until.borrow_and_update();
+            if let Some(until) = until
+                && Instant::now() + self.write_duration < until
+            {
+                return true;
             }
-            Ok(watcher::Event::Apply(node) | watcher::Event::Delete(node)) => {
-                if started && let Some(name) = node.metadata.name.clone() {
-                    queue.push(name).await;
-                }
-            }
-            Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
-            Err(error) => {
-                tracing::warn!(%error, "Node watch error; retrying with backoff");
+            if valid_until.changed().await.is_err() {
+                return false;
             }
         }
     }
 }
 
-struct Worker {
-    api: Api<Node>,
-    store: Store<Node>,
-    allocator: Shared,
+/// Settings of the dispatcher.
+#[derive(Debug, Clone)]
+pub struct WorkerSettings {
+    /// Concurrent workers (API writes in flight), at least 1.
+    pub workers: usize,
+    /// How long one request may take.
+    pub request_timeout: Duration,
+    /// When writes may start.
+    pub write_gate: WriteGate,
+}
+
+/// What the dispatcher and the workers share.
+pub struct Shared {
+    client: Client,
+    api: Api<SlimNode>,
+    allocator: Arc<Mutex<Allocator>>,
+    cache: Arc<NodeCache>,
     queue: Arc<WorkQueue>,
     recorder: Recorder,
     limiter: WriteLimiter,
     health: Health,
-    request_timeout: Duration,
-    /// Per-Node retry delays (reset on success).
-    backoff: RetryBackoff,
-    /// Nodes waiting for a free block (re-queued as soon as one is released).
-    waiting: BTreeSet<String>,
-    retries: JoinSet<()>,
-    startup_events: StartupEvents,
+    backoff: Mutex<RetryBackoff>,
+    /// Nodes waiting for a free block (queued again as soon as one is released).
+    waiting_for_block: Mutex<HashSet<NodeName>>,
+    /// Start-up skip events, published on each Node's first reconcile.
+    startup_events: Mutex<HashMap<NodeName, Vec<EventSpec>>>,
+    settings: WorkerSettings,
+    /// Set when the client can no longer send anything (its request buffer lost its worker).
+    broken: watch::Sender<Option<String>>,
 }
 
-impl Worker {
-    async fn run(mut self, mut stop: watch::Receiver<bool>) -> Result<(), Error> {
-        loop {
-            let name = tokio::select! {
-                biased;
-                () = super::stopped(&mut stop) => break,
-                name = self.queue.pop() => name,
-            };
-            // Not cancelled by `stop`: an in-flight PATCH finishes.
-            self.reconcile(&name).await;
-            while self.retries.try_join_next().is_some() {}
-            let allocator = lock(&self.allocator);
-            let pools = allocator.pool_stats();
-            m::set_pool_gauges(&pools, allocator.skipped_count());
-            self.health.set_pools(pools);
-        }
-        self.retries.abort_all();
-        Ok(())
-    }
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
-    async fn reconcile(&mut self, name: &str) {
-        let Some(node) = self.store.get(&ObjectRef::new(name)) else {
-            let decision = lock(&self.allocator).remove(name);
-            self.backoff.reset(name);
-            self.waiting.remove(name);
-            self.finish(name, None, decision).await;
-            return;
-        };
-        let startup_events = self
-            .startup_events
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(name)
-            .unwrap_or_default();
-        for event in &startup_events {
-            self.publish(&node, event).await;
-        }
-        let decision = lock(&self.allocator).decide(&NodeView::from_node(&node));
-        let action = decision.action.clone();
-        let patch = decision.patch.clone();
-        self.finish(name, Some(&node), decision).await;
-        match (action, patch) {
-            (Action::Assign { pod_cidrs }, Some(patch)) => {
-                self.patch(name, &node, pod_cidrs, patch).await;
-            }
-            (Action::Fail { .. }, _) => {
-                self.waiting.insert(name.to_owned());
-                self.retry_later(name);
-            }
-            _ => {
-                self.backoff.reset(name);
-                self.waiting.remove(name);
-            }
+impl Shared {
+    /// Everything the workers need; `allocator` has done its start-up occupy.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        client: Client,
+        allocator: Arc<Mutex<Allocator>>,
+        cache: Arc<NodeCache>,
+        queue: Arc<WorkQueue>,
+        recorder: Recorder,
+        limiter: WriteLimiter,
+        health: Health,
+        backoff: RetryBackoff,
+        startup_events: HashMap<NodeName, Vec<EventSpec>>,
+        settings: WorkerSettings,
+        broken: watch::Sender<Option<String>>,
+    ) -> Shared {
+        Shared {
+            api: Api::all(client.clone()),
+            client,
+            allocator,
+            cache,
+            queue,
+            recorder,
+            limiter,
+            health,
+            backoff: Mutex::new(backoff),
+            waiting_for_block: Mutex::new(HashSet::new()),
+            startup_events: Mutex::new(startup_events),
+            settings,
+            broken,
         }
     }
 
-    /// PATCHes `spec.podCIDR(s)`; on anything but a clean success re-reads the Node to decide.
-    async fn patch(
-        &mut self,
-        name: &str,
-        node: &Node,
-        pod_cidrs: Vec<Cidr>,
-        patch: serde_json::Value,
-    ) {
-        self.limiter.acquire().await;
-        let params = PatchParams::default();
-        let result = tokio::time::timeout(
-            self.request_timeout,
-            self.api.patch(name, &params, &Patch::Strategic(patch)),
-        )
-        .await;
-        let failure = match result {
-            Ok(Ok(updated)) => {
-                let view = NodeView::from_node(&updated);
-                let confirmed = lock(&self.allocator).confirm(name, &pod_cidrs);
-                if !confirmed {
-                    let decision = lock(&self.allocator).decide(&view);
-                    self.finish(name, Some(&updated), decision).await;
-                }
-                tracing::info!(node = %name, pod_cidrs = ?view.raw_pod_cidrs(), "assigned pod CIDRs");
-                self.backoff.reset(name);
-                self.waiting.remove(name);
-                return;
+    /// The decision for `name` as the informer shows it now (or its removal if it is gone).
+    fn decide(&self, name: &NodeName) -> (Decision, Option<Box<str>>) {
+        let cached = self.cache.get(name);
+        let mut allocator = lock(&self.allocator);
+        match cached {
+            Some((key, node)) => {
+                let uid = node.uid.clone();
+                (allocator.decide(&node.view(&key)), uid)
             }
-            Ok(Err(kube::Error::Api(status))) => {
-                format!("HTTP {}: {}", status.code, status.message)
-            }
-            Ok(Err(error)) => error.to_string(),
-            Err(_) => format!("no answer within {:?}", self.request_timeout),
-        };
-        metrics::counter!(metric_names::PATCH_FAILURES_TOTAL, metric_names::LABEL_ERROR => "patch")
-            .increment(1);
-        tracing::warn!(node = %name, error = %failure, "PATCH of spec.podCIDRs failed; re-reading the Node");
-        // A failure or timeout is not definite: the write may have landed. Re-read.
-        self.limiter.acquire().await;
-        let reread = tokio::time::timeout(self.request_timeout, self.api.get_opt(name)).await;
-        match reread {
-            Ok(Ok(Some(current))) => {
-                let view = NodeView::from_node(&current);
-                if view.has_pod_cidrs() {
-                    // Ours landed, or someone else set them: occupy what the Node has.
-                    let decision = lock(&self.allocator).decide(&view);
-                    self.finish(name, Some(&current), decision).await;
-                    self.backoff.reset(name);
-                } else {
-                    // Definite failure: give the block back, report, retry later.
-                    let decision = lock(&self.allocator).abort(name);
-                    self.finish(name, None, decision).await;
-                    self.publish(
-                        node,
-                        &EventSpec {
-                            kind: EventKind::Warning,
-                            reason: crate::reasons::CIDR_ASSIGNMENT_FAILED,
-                            note: format!("Node {name}: updating spec.podCIDRs failed: {failure}"),
-                            action: crate::reasons::ACTION_PATCH,
-                        },
-                    )
-                    .await;
-                    self.retry_later(name);
-                }
-            }
-            Ok(Ok(None)) => {
-                let decision = lock(&self.allocator).remove(name);
-                self.finish(name, None, decision).await;
-                self.backoff.reset(name);
-            }
-            Ok(Err(error)) => {
-                tracing::warn!(node = %name, %error, "re-reading the Node failed; keeping the reservation and retrying");
-                self.retry_later(name);
-            }
-            Err(_) => {
-                tracing::warn!(node = %name, "re-reading the Node timed out; keeping the reservation and retrying");
-                self.retry_later(name);
-            }
+            None => (allocator.remove(name), None),
         }
     }
 
-    /// Applies a decision's metrics and events; wakes Nodes waiting for a block if any was freed.
-    async fn finish(&mut self, name: &str, node: Option<&Node>, decision: Decision) {
+    /// Whether `decision` needs no I/O (no event, no write, no retry): applied by the dispatcher.
+    fn is_local(decision: &Decision) -> bool {
+        decision.events.is_empty()
+            && decision.patch.is_none()
+            && matches!(decision.next, Next::Done)
+    }
+
+    /// Applies a decision's metrics, events and next step (everything but its patch).
+    async fn apply(&self, name: &NodeName, uid: Option<&str>, decision: &Decision) {
         let mut freed = false;
+        let mut pool_changed = false;
         for metric in &decision.metrics {
             m::apply(metric);
-            if matches!(metric, MetricEvent::Released { .. }) {
-                freed = true;
+            match metric {
+                MetricEvent::Released { .. } => {
+                    freed = true;
+                    pool_changed = true;
+                }
+                MetricEvent::Allocated { .. } | MetricEvent::NodeSkipped { .. } => {
+                    pool_changed = true;
+                }
+                _ => {}
             }
         }
-        if let Action::Skip { reason } = &decision.action
-            && !decision.events.is_empty()
-        {
-            tracing::warn!(node = %name, %reason, "skipping Node");
-        }
-        if let Some(node) = node {
-            for event in &decision.events {
-                self.publish(node, event).await;
+        match &decision.action {
+            Action::Skip { reason } if !decision.events.is_empty() => {
+                tracing::warn!(node = %name, %reason, "skipping Node");
             }
+            Action::Fail { reason } => {
+                tracing::warn!(node = %name, %reason, "no pod CIDR available for the Node; waiting for one to be freed");
+            }
+            Action::KeepTrying { reason, .. } => {
+                tracing::warn!(node = %name, %reason, "writing spec.podCIDRs did not succeed");
+            }
+            Action::Released { pod_cidrs } if !pod_cidrs.is_empty() => {
+                tracing::info!(node = %name, pod_cidrs = %join(pod_cidrs), "released pod CIDRs");
+            }
+            _ => {}
+        }
+        for event in &decision.events {
+            self.publish(name, uid, event).await;
+        }
+        if pool_changed {
+            self.report_pool();
         }
         if freed {
-            let waiting = std::mem::take(&mut self.waiting);
-            for waiter in waiting {
-                if waiter != name {
-                    self.backoff.reset(&waiter);
-                    let queue = self.queue.clone();
-                    self.retries.spawn(async move { queue.push(waiter).await });
+            self.wake_waiting(name);
+        }
+        match decision.next {
+            Next::Done => {
+                if !matches!(decision.action, Action::Assign { .. }) {
+                    lock(&self.backoff).reset(name);
+                    lock(&self.waiting_for_block).remove(name);
                 }
+            }
+            Next::RetryBackoff => self.retry_later(name),
+            Next::RetryAfter(delay) => {
+                metrics::counter!(metric_names::WORKQUEUE_RETRIES_TOTAL).increment(1);
+                self.queue.add_after(name.clone(), delay);
+            }
+            Next::WaitForFreeBlock => {
+                lock(&self.waiting_for_block).insert(name.clone());
+                self.retry_later(name);
+            }
+            // Handled by the caller: it re-reads the Node.
+            Next::Reread => {}
+        }
+    }
+
+    fn report_pool(&self) {
+        let (pools, skipped) = {
+            let allocator = lock(&self.allocator);
+            (allocator.pool_stats(), allocator.skipped_count())
+        };
+        m::set_pool_gauges(&pools, skipped);
+        self.health.set_pools(pools);
+    }
+
+    fn wake_waiting(&self, freed_by: &NodeName) {
+        let waiting = std::mem::take(&mut *lock(&self.waiting_for_block));
+        let mut backoff = lock(&self.backoff);
+        for waiter in waiting {
+            if waiter != *freed_by {
+                backoff.reset(&waiter);
+                self.queue.add(waiter);
             }
         }
     }
 
-    async fn publish(&self, node: &Node, event: &EventSpec) {
+    fn retry_later(&self, name: &NodeName) {
+        let delay = lock(&self.backoff).next_delay(name);
+        metrics::counter!(metric_names::WORKQUEUE_RETRIES_TOTAL).increment(1);
+        tracing::debug!(node = %name, ?delay, "retrying later");
+        self.queue.add_after(name.clone(), delay);
+    }
+
+    /// Carries out a decision that needs I/O, then marks `name` done in the queue.
+    async fn carry_out(self: Arc<Self>, name: NodeName, uid: Option<Box<str>>, decision: Decision) {
+        let startup = lock(&self.startup_events).remove(&name);
+        for event in startup.iter().flatten() {
+            self.publish(&name, uid.as_deref(), event).await;
+        }
+        self.apply(&name, uid.as_deref(), &decision).await;
+        if let (Action::Assign { pod_cidrs }, Some(body)) = (&decision.action, &decision.patch) {
+            self.write(&name, uid.as_deref(), pod_cidrs.clone(), body.clone())
+                .await;
+        }
+        self.queue.done(&name);
+    }
+
+    /// PATCHes `pod_cidrs` to Node `name` (object `uid`) and applies what follows from the
+    /// outcome: a re-read after a refusal, and the allocation for a replaced Node.
+    async fn write(
+        &self,
+        name: &NodeName,
+        uid: Option<&str>,
+        mut pod_cidrs: Vec<Cidr>,
+        mut body: serde_json::Value,
+    ) {
+        let mut uid: Option<String> = uid.map(str::to_owned);
+        // At most a few rounds: a refusal leads to a re-read, whose decision may be a new
+        // allocation (a re-created Node), whose write may be refused again; then backoff.
+        for _round in 0..3 {
+            if !self.settings.write_gate.wait().await {
+                tracing::warn!(node = %name, "not writing: this replica no longer holds the Lease");
+                return;
+            }
+            self.limiter.acquire().await;
+            let (outcome, broken) = patch::patch_pod_cidrs(
+                &self.client,
+                CONTROLLER_NAME,
+                name,
+                &body,
+                self.settings.request_timeout,
+            )
+            .await;
+            if let Some(why) = broken {
+                let _ = self.broken.send(Some(why));
+            }
+            if let PatchOutcome::Applied(_) = &outcome {
+                tracing::info!(node = %name, pod_cidrs = %join(&pod_cidrs), "assigned pod CIDRs");
+            }
+            let decision =
+                lock(&self.allocator).patch_outcome(name, uid.as_deref(), &pod_cidrs, outcome);
+            self.apply(name, uid.as_deref(), &decision).await;
+            if decision.next != Next::Reread {
+                return;
+            }
+            let Some(decision) = self.reread(name, uid.as_deref()).await else {
+                self.retry_later(name);
+                return;
+            };
+            let fresh_uid = match &decision.action {
+                Action::Assign { .. } => self.cache.get(name).and_then(|(_, n)| n.uid),
+                _ => None,
+            };
+            self.apply(name, fresh_uid.as_deref().or(uid.as_deref()), &decision)
+                .await;
+            match (decision.action, decision.patch) {
+                (Action::Assign { pod_cidrs: next }, Some(next_body)) => {
+                    pod_cidrs = next;
+                    body = next_body;
+                    uid = body
+                        .pointer("/metadata/uid")
+                        .and_then(serde_json::Value::as_str)
+                        .map(str::to_owned);
+                }
+                _ => return,
+            }
+        }
+        self.retry_later(name);
+    }
+
+    /// GETs Node `name` and decides on what the API server shows (`None` if the GET failed).
+    async fn reread(&self, name: &NodeName, uid: Option<&str>) -> Option<Decision> {
+        self.limiter.acquire().await;
+        let read =
+            tokio::time::timeout(self.settings.request_timeout, self.api.get_opt(name)).await;
+        match read {
+            Ok(Ok(Some(node))) => Some(lock(&self.allocator).decide(&node.view())),
+            Ok(Ok(None)) => Some(lock(&self.allocator).object_gone(name, uid)),
+            Ok(Err(error)) => {
+                if is_client_broken(&error) {
+                    let _ = self.broken.send(Some(patch::error_chain(&error)));
+                }
+                tracing::warn!(node = %name, error = %patch::error_chain(&error), "re-reading the Node failed; retrying later");
+                None
+            }
+            Err(_) => {
+                tracing::warn!(node = %name, "re-reading the Node timed out; retrying later");
+                None
+            }
+        }
+    }
+
+    async fn publish(&self, name: &str, uid: Option<&str>, event: &EventSpec) {
         self.limiter.acquire().await;
         let kube_event = KubeEvent {
             type_: match event.kind {
@@ -402,98 +364,113 @@ impl Worker {
             action: event.action.to_owned(),
             secondary: None,
         };
-        let reference = node.object_ref(&());
+        let reference = ObjectReference {
+            api_version: Some("v1".to_owned()),
+            kind: Some("Node".to_owned()),
+            name: Some(name.to_owned()),
+            uid: uid.map(str::to_owned),
+            ..ObjectReference::default()
+        };
         match tokio::time::timeout(
-            self.request_timeout,
+            self.settings.request_timeout,
             self.recorder.publish(&kube_event, &reference),
         )
         .await
         {
             Ok(Ok(())) => {}
             Ok(Err(error)) => {
-                tracing::warn!(%error, reason = event.reason, "publishing an event failed")
+                tracing::warn!(node = %name, error = %patch::error_chain(&error), reason = event.reason, "publishing an event failed")
             }
-            Err(_) => tracing::warn!(reason = event.reason, "publishing an event timed out"),
+            Err(_) => {
+                tracing::warn!(node = %name, reason = event.reason, "publishing an event timed out")
+            }
         }
-    }
-
-    /// Re-queues `name` after its next backoff delay.
-    fn retry_later(&mut self, name: &str) {
-        let delay = self.backoff.next_delay(name);
-        metrics::counter!(metric_names::WORKQUEUE_RETRIES_TOTAL).increment(1);
-        tracing::debug!(node = %name, ?delay, "retrying later");
-        let queue = self.queue.clone();
-        let name = name.to_owned();
-        self.retries
-            .spawn(async move { queue.push_after(name, delay).await });
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use tokio::time::Instant;
-
-    use super::*;
-
-    /// A worker whose client points nowhere: `retry_later` never talks to the API.
-    fn worker(retry_min_delay: Duration, retry_max_delay: Duration) -> Worker {
-        let ipam = nodeipam_core::config::validate("10.244.0.0/16", "", Default::default())
-            .expect("valid config");
-        let client = super::super::client_for_url("http://127.0.0.1:9").expect("client");
-        let (store, _writer) = reflector::store::<Node>();
-        Worker {
-            api: Api::all(client.clone()),
-            store,
-            allocator: Arc::new(Mutex::new(Allocator::new(&ipam).expect("pool"))),
-            queue: Arc::new(WorkQueue::new()),
-            recorder: Recorder::new(
-                client,
-                Reporter {
-                    controller: CONTROLLER_NAME.to_owned(),
-                    instance: None,
-                },
-            ),
-            limiter: WriteLimiter::new(1.0, 1),
-            health: Health::new(),
-            request_timeout: Duration::from_secs(10),
-            backoff: RetryBackoff::new(retry_min_delay, retry_max_delay),
-            waiting: BTreeSet::new(),
-            retries: JoinSet::new(),
-            startup_events: Arc::default(),
+/// Takes Node names off the queue until `stop`, deciding for each in queue order and running
+/// its I/O on at most `workers` concurrent tasks; then waits for the tasks in flight (each bounded
+/// by the request timeout). A panicking task is reported as an error.
+///
+/// # Errors
+/// [`Error::TaskFailed`] if a worker task panicked.
+pub async fn dispatch(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> Result<(), Error> {
+    let slots = Arc::new(Semaphore::new(shared.settings.workers.max(1)));
+    let mut tasks: JoinSet<()> = JoinSet::new();
+    let mut failure = None;
+    loop {
+        while let Some(joined) = tasks.try_join_next() {
+            if let Err(e) = joined {
+                failure = Some(e.to_string());
+            }
+        }
+        if failure.is_some() {
+            break;
+        }
+        let permit = tokio::select! {
+            biased;
+            () = super::stopped(&mut stop) => break,
+            permit = slots.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+        };
+        let name = tokio::select! {
+            biased;
+            () = super::stopped(&mut stop) => break,
+            name = shared.queue.get() => match name {
+                Some(name) => name,
+                None => break,
+            },
+        };
+        let (decision, uid) = shared.decide(&name);
+        let has_startup_events = lock(&shared.startup_events).contains_key(&name);
+        if Shared::is_local(&decision) && !has_startup_events {
+            for metric in &decision.metrics {
+                m::apply(metric);
+            }
+            if !decision.metrics.is_empty() {
+                shared.report_pool();
+            }
+            if decision
+                .metrics
+                .iter()
+                .any(|m| matches!(m, MetricEvent::Released { .. }))
+            {
+                shared.wake_waiting(&name);
+            }
+            if !matches!(decision.action, Action::Assign { .. }) {
+                lock(&shared.backoff).reset(&name);
+                lock(&shared.waiting_for_block).remove(&name);
+            }
+            shared.queue.done(&name);
+            continue;
+        }
+        let shared = shared.clone();
+        tasks.spawn(async move {
+            shared.carry_out(name, uid, decision).await;
+            drop(permit);
+        });
+    }
+    // Finish what is in flight (a started PATCH is not abandoned).
+    while let Some(joined) = tasks.join_next().await {
+        if let Err(e) = joined {
+            failure.get_or_insert_with(|| e.to_string());
         }
     }
-
-    #[tokio::test(start_paused = true)]
-    async fn retries_are_requeued_on_a_capped_exponential_schedule() {
-        let second = Duration::from_secs(1);
-        let mut worker = worker(second, second * 8);
-        let start = Instant::now();
-        let mut due = Duration::ZERO;
-        for delay in [1, 2, 4, 8, 8] {
-            worker.retry_later("node-a");
-            assert_eq!(worker.queue.pop().await, "node-a");
-            due += second * delay;
-            assert_eq!(start.elapsed(), due, "retry after {delay}s");
-        }
-        // What every success path does: the next failure starts over at the minimum.
-        worker.backoff.reset("node-a");
-        worker.retry_later("node-a");
-        assert_eq!(worker.queue.pop().await, "node-a");
-        assert_eq!(start.elapsed(), due + second);
+    match failure {
+        Some(reason) => Err(Error::TaskFailed {
+            task: "a node CIDR update worker",
+            reason,
+        }),
+        None => Ok(()),
     }
+}
 
-    #[tokio::test(start_paused = true)]
-    async fn each_node_retries_on_its_own_schedule() {
-        let second = Duration::from_secs(1);
-        let mut worker = worker(second, second * 60);
-        worker.retry_later("node-a"); // 1 s
-        assert_eq!(worker.queue.pop().await, "node-a");
-        let start = Instant::now();
-        worker.retry_later("node-a"); // 2 s
-        worker.retry_later("node-b"); // 1 s: its first failure
-        assert_eq!(worker.queue.pop().await, "node-b");
-        assert_eq!(start.elapsed(), second);
-        assert_eq!(worker.queue.pop().await, "node-a");
-        assert_eq!(start.elapsed(), second * 2);
-    }
+fn join(cidrs: &[Cidr]) -> String {
+    cidrs
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }

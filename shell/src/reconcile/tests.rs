@@ -2,6 +2,8 @@
 //! metrics with the expected ones, and checks nothing else was emitted.
 
 use super::*;
+use std::time::Duration;
+
 use nodeipam_core::NodeMaskFlags;
 
 fn config(cluster: &str, service: &str, flags: NodeMaskFlags) -> IpamConfig {
@@ -18,7 +20,7 @@ fn cidr(text: &str) -> Cidr {
 
 fn node(name: &str, pod_cidrs: &[&str]) -> NodeView {
     NodeView {
-        name: name.to_owned(),
+        name: name.into(),
         pod_cidr: pod_cidrs.first().map(|s| (*s).to_owned()),
         pod_cidrs: pod_cidrs.iter().map(|s| (*s).to_owned()).collect(),
         deleting: false,
@@ -47,12 +49,16 @@ fn assigns_in_order_with_upstream_patch() {
             action: Action::Assign {
                 pod_cidrs: vec![cidr("10.244.0.0/24")]
             },
-            patch: Some(json!({"spec":{"podCIDR":"10.244.0.0/24","podCIDRs":["10.244.0.0/24"]}})),
+            patch: Some(json!({
+                "metadata":{"uid":"uid-n1"},
+                "spec":{"podCIDR":"10.244.0.0/24","podCIDRs":["10.244.0.0/24"]}
+            })),
             events: vec![],
             metrics: vec![MetricEvent::Allocated {
                 cluster_cidr: cidr("10.244.0.0/16"),
                 tries: 0
             }],
+            next: Next::Done,
         }
     );
     assert!(a.is_pending("n1"));
@@ -352,7 +358,10 @@ fn fixture_03_aks_is_kept_out_of_order() {
     let d = a.decide(&node("new", &[]));
     assert_eq!(
         d.patch,
-        Some(json!({"spec":{"podCIDR":"10.244.3.0/24","podCIDRs":["10.244.3.0/24"]}}))
+        Some(json!({
+            "metadata":{"uid":"uid-new"},
+            "spec":{"podCIDR":"10.244.3.0/24","podCIDRs":["10.244.3.0/24"]}
+        }))
     );
 }
 
@@ -379,9 +388,10 @@ fn fixture_12_k0s_ipv6_first_against_ipv4_first_config() {
     let d = a.decide(&node("worker-2", &[]));
     assert_eq!(
         d.patch,
-        Some(
-            json!({"spec":{"podCIDR":"10.244.1.0/24","podCIDRs":["10.244.1.0/24","fd00::4:0/110"]}})
-        )
+        Some(json!({
+            "metadata":{"uid":"uid-worker-2"},
+            "spec":{"podCIDR":"10.244.1.0/24","podCIDRs":["10.244.1.0/24","fd00::4:0/110"]}
+        }))
     );
 }
 
@@ -470,4 +480,313 @@ fn hostile_existing_cidrs_are_skipped_not_kept() {
     // Surrounding whitespace is not a CIDR the API (or a CNI) accepts.
     let d = a.decide(&node("spaces", &[" 10.244.1.0/24"]));
     assert_eq!(skip_kind(&d), Some(SkipKind::Invalid), "{d:?}");
+}
+
+// ---- PATCH outcomes: an unknown outcome never releases --------------------------------------
+
+fn unknown() -> PatchOutcome {
+    PatchOutcome::Unknown {
+        message: "no answer within 11s".to_owned(),
+    }
+}
+
+fn forbidden() -> PatchOutcome {
+    PatchOutcome::Refused {
+        status: 403,
+        message: "403 Forbidden: no".to_owned(),
+    }
+}
+
+fn assigned(a: &mut Allocator, name: &str) -> Vec<Cidr> {
+    match a.decide(&node(name, &[])).action {
+        Action::Assign { pod_cidrs } => pod_cidrs,
+        other => panic!("expected an assignment, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_unknown_outcome_keeps_the_block_and_sends_the_same_cidrs_again() {
+    let mut a = allocator("10.244.0.0/16");
+    let ours = assigned(&mut a, "n1");
+    let d = a.patch_outcome("n1", Some("uid-n1"), &ours, unknown());
+    assert_eq!(
+        d,
+        Decision {
+            action: Action::KeepTrying {
+                pod_cidrs: ours.clone(),
+                reason: "outcome unknown: no answer within 11s; the write may still land, so 10.244.0.0/24 stays reserved and is sent again".to_owned(),
+            },
+            patch: None,
+            events: vec![],
+            metrics: vec![MetricEvent::PatchFailed {
+                error: "unknown_outcome"
+            }],
+            next: Next::RetryBackoff,
+        }
+    );
+    assert!(a.is_maybe_sent("n1"));
+    assert_eq!(used(&a), vec![1]);
+    // The retry re-sends exactly the same body; nothing new is allocated.
+    let again = a.decide(&node("n1", &[]));
+    assert_eq!(again, Decision::assign(ours.clone(), Some("uid-n1")));
+    // Another Node never gets the block in between.
+    assert_ne!(assigned(&mut a, "n2"), ours);
+    assert_eq!(used(&a), vec![2]);
+}
+
+#[test]
+fn a_refusal_releases_only_when_no_earlier_attempt_can_land() {
+    // First attempt refused outright: nothing can land, the block is free again.
+    let mut a = allocator("10.244.0.0/16");
+    let ours = assigned(&mut a, "n1");
+    let d = a.patch_outcome("n1", Some("uid-n1"), &ours, forbidden());
+    assert_eq!(
+        d.action,
+        Action::Released {
+            pod_cidrs: ours.clone()
+        }
+    );
+    assert_eq!(d.next, Next::RetryBackoff);
+    assert_eq!(
+        d.metrics,
+        vec![
+            MetricEvent::PatchFailed { error: "refused" },
+            MetricEvent::Released {
+                cluster_cidr: cidr("10.244.0.0/16"),
+                blocks: 1
+            }
+        ]
+    );
+    assert_eq!(d.events.len(), 1);
+    assert_eq!(d.events[0].reason, reasons::CIDR_ASSIGNMENT_FAILED);
+    assert_eq!(used(&a), vec![0]);
+
+    // Unknown first, refused later: the first attempt may still land, so the block stays.
+    let mut a = allocator("10.244.0.0/16");
+    let ours = assigned(&mut a, "n1");
+    a.patch_outcome("n1", Some("uid-n1"), &ours, unknown());
+    let d = a.patch_outcome("n1", Some("uid-n1"), &ours, forbidden());
+    assert!(matches!(d.action, Action::KeepTrying { .. }), "{d:?}");
+    assert_eq!(d.next, Next::RetryBackoff);
+    assert_eq!(used(&a), vec![1]);
+    assert!(a.is_pending("n1"));
+}
+
+#[test]
+fn cidr_assignment_failed_is_published_once_after_three_failures() {
+    let mut a = allocator("10.244.0.0/16");
+    let ours = assigned(&mut a, "n1");
+    let events: Vec<usize> = (0..5)
+        .map(|_| {
+            a.patch_outcome("n1", Some("uid-n1"), &ours, unknown())
+                .events
+                .len()
+        })
+        .collect();
+    assert_eq!(events, vec![0, 0, 1, 0, 0]);
+}
+
+#[test]
+fn retry_after_is_honoured_and_keeps_the_block() {
+    let mut a = allocator("10.244.0.0/16");
+    let ours = assigned(&mut a, "n1");
+    let d = a.patch_outcome(
+        "n1",
+        Some("uid-n1"),
+        &ours,
+        PatchOutcome::RetryLater {
+            status: 429,
+            retry_after: Some(Duration::from_secs(3)),
+            message: "slow down".to_owned(),
+        },
+    );
+    assert_eq!(d.next, Next::RetryAfter(Duration::from_secs(3)));
+    assert_eq!(
+        d.metrics,
+        vec![MetricEvent::PatchFailed {
+            error: "too_many_requests"
+        }]
+    );
+    assert!(!a.is_maybe_sent("n1"), "a 429 wrote nothing");
+    assert_eq!(used(&a), vec![1]);
+}
+
+#[test]
+fn applied_confirms_and_a_stale_view_afterwards_changes_nothing() {
+    let mut a = allocator("10.244.0.0/16");
+    let ours = assigned(&mut a, "n1");
+    a.patch_outcome("n1", Some("uid-n1"), &ours, unknown());
+    let d = a.patch_outcome(
+        "n1",
+        Some("uid-n1"),
+        &ours,
+        PatchOutcome::Applied(node("n1", &["10.244.0.0/24"])),
+    );
+    assert_eq!(
+        d,
+        Decision::new(Action::Keep {
+            pod_cidrs: ours.clone()
+        })
+    );
+    assert!(!a.is_pending("n1"));
+    assert_eq!(
+        a.decide(&node("n1", &[])),
+        Decision::new(Action::Keep { pod_cidrs: ours })
+    );
+    assert_eq!(used(&a), vec![1]);
+}
+
+#[test]
+fn podcidrs_set_by_someone_else_release_ours_then_theirs_are_kept() {
+    let mut a = allocator("10.244.0.0/16");
+    let ours = assigned(&mut a, "n1");
+    a.patch_outcome("n1", Some("uid-n1"), &ours, unknown());
+    let d = a.patch_outcome(
+        "n1",
+        Some("uid-n1"),
+        &ours,
+        PatchOutcome::CannotApply {
+            kind: CannotApplyKind::PodCidrsAlreadySet,
+            message: "spec.podCIDRs: Forbidden".to_owned(),
+        },
+    );
+    assert_eq!(
+        d,
+        Decision {
+            action: Action::Released {
+                pod_cidrs: ours.clone()
+            },
+            patch: None,
+            events: vec![],
+            metrics: vec![
+                MetricEvent::PatchFailed {
+                    error: "pod_cidrs_already_set"
+                },
+                MetricEvent::Released {
+                    cluster_cidr: cidr("10.244.0.0/16"),
+                    blocks: 1
+                }
+            ],
+            next: Next::Reread,
+        }
+    );
+    // The re-read shows theirs: occupied, kept.
+    let d = a.decide(&node("n1", &["10.244.9.0/24"]));
+    assert_eq!(
+        d.action,
+        Action::Keep {
+            pod_cidrs: vec![cidr("10.244.9.0/24")]
+        }
+    );
+    assert_eq!(used(&a), vec![1]);
+}
+
+#[test]
+fn a_gone_node_releases_and_its_stale_copy_gets_nothing() {
+    let mut a = allocator("10.244.0.0/16");
+    let ours = assigned(&mut a, "n1");
+    a.patch_outcome("n1", Some("uid-n1"), &ours, unknown());
+    let d = a.patch_outcome("n1", Some("uid-n1"), &ours, PatchOutcome::NotFound);
+    assert_eq!(
+        d.action,
+        Action::Released {
+            pod_cidrs: ours.clone()
+        }
+    );
+    assert_eq!(used(&a), vec![0]);
+    // The informer still shows the deleted object: nothing is allocated to it.
+    let d = a.decide(&node("n1", &[]));
+    assert!(matches!(d.action, Action::Skip { .. }), "{d:?}");
+    assert!(d.metrics.is_empty() && d.events.is_empty() && d.patch.is_none());
+    assert_eq!(used(&a), vec![0]);
+    // A new object of that name is served.
+    let mut second = node("n1", &[]);
+    second.uid = Some("uid-n1-second".to_owned());
+    assert!(matches!(a.decide(&second).action, Action::Assign { .. }));
+    assert_eq!(used(&a), vec![1]);
+}
+
+#[test]
+fn the_node_replaced_under_a_pending_write_frees_the_old_block() {
+    // Writes are pinned to uid-n1, so none of them can reach the new object.
+    let mut a = allocator("10.244.0.0/16");
+    let ours = assigned(&mut a, "n1");
+    a.patch_outcome("n1", Some("uid-n1"), &ours, unknown());
+    let mut second = node("n1", &[]);
+    second.uid = Some("uid-n1-second".to_owned());
+    let d = a.decide(&second);
+    assert_eq!(
+        d.action,
+        Action::Assign {
+            pod_cidrs: vec![cidr("10.244.1.0/24")]
+        }
+    );
+    assert_eq!(
+        d.patch,
+        Some(json!({
+            "metadata":{"uid":"uid-n1-second"},
+            "spec":{"podCIDR":"10.244.1.0/24","podCIDRs":["10.244.1.0/24"]}
+        }))
+    );
+    assert_eq!(used(&a), vec![1], "the old reservation was released");
+    // The old write's late answer changes nothing now.
+    let late = a.patch_outcome("n1", Some("uid-n1"), &ours, unknown());
+    assert!(matches!(late.action, Action::Skip { .. }), "{late:?}");
+    assert!(a.is_pending("n1"));
+    assert_eq!(used(&a), vec![1]);
+}
+
+#[test]
+fn deleting_a_node_with_a_write_in_doubt_releases_its_block() {
+    let mut a = allocator("10.244.0.0/16");
+    let ours = assigned(&mut a, "n1");
+    a.patch_outcome("n1", Some("uid-n1"), &ours, unknown());
+    let mut deleting = node("n1", &[]);
+    deleting.deleting = true;
+    let d = a.decide(&deleting);
+    assert!(matches!(d.action, Action::Skip { .. }), "{d:?}");
+    assert_eq!(used(&a), vec![1], "kept until the object is gone");
+    let d = a.remove("n1");
+    assert_eq!(d.action, Action::Released { pod_cidrs: ours });
+    assert_eq!(used(&a), vec![0]);
+}
+
+#[test]
+fn exhaustion_names_the_node_holding_the_whole_cluster_cidr() {
+    let mut a = allocator("10.244.0.0/16");
+    let d = a.decide(&node("whole", &["0.0.0.0/0"]));
+    assert!(matches!(d.action, Action::Skip { .. }));
+    let d = a.decide(&node("n1", &[]));
+    let Action::Fail { reason } = &d.action else {
+        panic!("expected a failure: {d:?}");
+    };
+    assert!(
+        reason.contains("held by Node whole (0.0.0.0/0, skipped: 256 blocks)"),
+        "{reason}"
+    );
+    assert_eq!(d.events.len(), 1);
+    assert!(d.events[0].note.contains("Node whole"), "{:?}", d.events[0]);
+    assert_eq!(d.next, Next::WaitForFreeBlock);
+}
+
+#[test]
+fn uncovered_runs_of_block_ranges() {
+    type Runs = Vec<(u32, u32)>;
+    let cases: [(u32, u32, Runs, Runs); 7] = [
+        (0, 9, vec![], vec![(0, 9)]),
+        (0, 9, vec![(0, 9)], vec![]),
+        (0, 9, vec![(3, 4)], vec![(0, 2), (5, 9)]),
+        (0, 9, vec![(5, 20), (0, 1)], vec![(2, 4)]),
+        (5, 9, vec![(0, 6), (8, 8)], vec![(7, 7), (9, 9)]),
+        (0, 9, vec![(2, 3), (3, 5), (4, 4)], vec![(0, 1), (6, 9)]),
+        (0, 9, vec![(12, 15)], vec![(0, 9)]),
+    ];
+    for (begin, end, mut covered, want) in cases {
+        assert_eq!(
+            uncovered_runs(begin, end, &mut covered),
+            want,
+            "{begin}..={end} minus {covered:?}"
+        );
+    }
+    assert_eq!(uncovered_runs(0, 9, &mut [(0, u32::MAX)]), vec![]);
 }

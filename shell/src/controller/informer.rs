@@ -1,0 +1,512 @@
+//! The Node informer: a consistent initial state, then a watch, into a compact cache
+//! ([`NodeCache`]) and the work queue. Its stream is always read: applying an event is a map
+//! update and a queue add (neither waits), so our own writes can never hold back the watch and
+//! make it fall behind the server's history (`410 Gone`).
+//!
+//! Initial state, cheapest consistent first (client-go's reflector does the same since 1.32):
+//! 1. a **streaming list**: `WATCH ?sendInitialEvents=true&resourceVersionMatch=NotOlderThan`
+//!    with `resourceVersion` unset, which kube-apiserver answers with the current state (a
+//!    consistent read) as ADDED events, then a BOOKMARK annotated `k8s.io/initial-events-end`;
+//! 2. where the server refuses that (4xx: older servers, or the WatchList feature disabled), a
+//!    **paged LIST** (`limit=500`, `resourceVersion` unset: a consistent read), then a WATCH from
+//!    the list's resourceVersion. The choice is remembered for the life of the process.
+//!
+//! Why not kube-rs's `watcher`: its streaming list asks for `resourceVersion=0` — the API
+//! server's cache, "any" freshness — and a stale initial state can hide a podCIDR that the
+//! previous leader wrote a moment ago, so the block would look free and be handed out twice.
+//!
+//! On `410 Gone` (the watch fell behind the server's history) the informer re-lists and queues
+//! every Node that was or is listed (level-triggered: a reconcile of an unchanged Node is a no-op).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+use futures::{Stream, StreamExt};
+use kube::Api;
+use kube::api::{ListParams, WatchEvent, WatchParams};
+use tokio::sync::watch;
+
+use super::node::{CachedNode, SlimNode};
+use super::patch::{error_chain, is_client_broken};
+use super::queue::WorkQueue;
+use crate::reconcile::NodeName;
+
+/// Page size of the fallback LIST (client-go's pager default).
+pub const LIST_PAGE_SIZE: u32 = 500;
+/// `timeoutSeconds` of every WATCH (the API server ends the stream then; we watch again).
+pub const WATCH_TIMEOUT_SECONDS: u32 = 290;
+/// A watch that delivers nothing (no event, no bookmark) for this long past its timeout is
+/// considered dead and re-opened.
+const WATCH_IDLE_GRACE: Duration = Duration::from_secs(30);
+
+/// The informer's copy of every Node: name → [`CachedNode`].
+#[derive(Default)]
+pub struct NodeCache {
+    nodes: Mutex<HashMap<NodeName, CachedNode>>,
+}
+
+impl NodeCache {
+    /// An empty cache.
+    pub fn new() -> NodeCache {
+        NodeCache::default()
+    }
+
+    fn nodes(&self) -> MutexGuard<'_, HashMap<NodeName, CachedNode>> {
+        self.nodes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The cached Node of this name, with the cache's shared name.
+    pub fn get(&self, name: &str) -> Option<(NodeName, CachedNode)> {
+        self.nodes()
+            .get_key_value(name)
+            .map(|(k, v)| (k.clone(), v.clone()))
+    }
+
+    /// Number of Nodes cached.
+    pub fn len(&self) -> usize {
+        self.nodes().len()
+    }
+
+    /// Whether no Node is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every cached Node, sorted by name.
+    pub fn snapshot(&self) -> Vec<(NodeName, CachedNode)> {
+        let mut all: Vec<(NodeName, CachedNode)> = self
+            .nodes()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+
+    /// Stores `node`; returns its name as the cache shares it (`None` for a Node without a name).
+    fn apply(&self, node: &SlimNode) -> Option<NodeName> {
+        let name = node.name();
+        if name.is_empty() {
+            return None;
+        }
+        let cached = CachedNode::of(node);
+        let mut nodes = self.nodes();
+        if let Some((key, value)) = nodes.get_key_value(name) {
+            let key = key.clone();
+            if *value != cached {
+                nodes.insert(key.clone(), cached);
+            }
+            return Some(key);
+        }
+        let key: NodeName = name.into();
+        nodes.insert(key.clone(), cached);
+        Some(key)
+    }
+
+    /// Forgets the Node `name`; returns the shared name if it was cached.
+    fn delete(&self, name: &str) -> Option<NodeName> {
+        let mut nodes = self.nodes();
+        let key = nodes.get_key_value(name).map(|(k, _)| k.clone())?;
+        nodes.remove(name);
+        Some(key)
+    }
+
+    /// Replaces the whole content with a fresh list; returns every name that was or is listed.
+    fn replace(&self, fresh: HashMap<NodeName, CachedNode>) -> Vec<NodeName> {
+        let mut nodes = self.nodes();
+        let old = std::mem::take(&mut *nodes);
+        let mut touched: Vec<NodeName> = old
+            .into_keys()
+            .filter(|name| !fresh.contains_key(name))
+            .collect();
+        touched.extend(fresh.keys().cloned());
+        *nodes = fresh;
+        touched.sort();
+        touched
+    }
+
+    /// The shared name for `name` if it is cached already (so a re-list does not duplicate names).
+    fn shared_name(&self, name: &str) -> NodeName {
+        self.nodes()
+            .get_key_value(name)
+            .map(|(k, _)| k.clone())
+            .unwrap_or_else(|| name.into())
+    }
+}
+
+/// How the informer gets its initial state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InitialList {
+    /// Streaming list (`sendInitialEvents`), falling back to a paged LIST if the server refuses.
+    Streaming,
+    /// Paged LIST only.
+    Paged,
+}
+
+/// Settings of [`run`].
+#[derive(Debug, Clone)]
+pub struct InformerSettings {
+    /// How to get the initial state.
+    pub initial_list: InitialList,
+    /// First retry delay after a failed list or watch.
+    pub retry_min_delay: Duration,
+    /// Retry delay cap.
+    pub retry_max_delay: Duration,
+}
+
+/// What [`run`] reports through its `synced` channel: how many complete lists it has applied
+/// (0 until the first one) and how the last one was obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SyncState {
+    /// Complete initial lists applied so far (re-lists after `410 Gone` count too).
+    pub lists: u64,
+    /// Whether the last one was a streaming list.
+    pub streamed: bool,
+}
+
+/// Why an attempt at the initial state failed.
+enum InitialError {
+    /// The server does not serve streaming lists: use a paged LIST.
+    StreamingUnsupported(String),
+    /// Anything else: retry after a backoff.
+    Failed(String),
+    /// Stop was requested.
+    Stopped,
+    /// The client can no longer send anything.
+    Broken(String),
+}
+
+impl InitialError {
+    fn from_kube(error: &kube::Error) -> InitialError {
+        if is_client_broken(error) {
+            InitialError::Broken(error_chain(error))
+        } else {
+            InitialError::Failed(error_chain(error))
+        }
+    }
+}
+
+/// An initial state: the Nodes, the resourceVersion to watch from, and (streaming) the open
+/// watch stream that continues after it.
+type Initial = (
+    HashMap<NodeName, CachedNode>,
+    String,
+    Option<WatchStream>,
+    bool,
+);
+
+type WatchStream = std::pin::Pin<Box<dyn Stream<Item = kube::Result<WatchEvent<SlimNode>>> + Send>>;
+
+/// Runs the informer until `stop` becomes true: initial state into `cache` (then every name
+/// queued, and `synced` bumped), then the watch. API failures are logged and retried with
+/// backoff, as client-go's reflector does; it returns early only when the client itself is broken
+/// (after reporting why on `broken`).
+pub async fn run(
+    api: Api<SlimNode>,
+    cache: std::sync::Arc<NodeCache>,
+    queue: std::sync::Arc<WorkQueue>,
+    synced: watch::Sender<SyncState>,
+    settings: InformerSettings,
+    mut stop: watch::Receiver<bool>,
+    broken: watch::Sender<Option<String>>,
+) {
+    let mut mode = settings.initial_list;
+    let mut delay = Backoff::new(settings.retry_min_delay, settings.retry_max_delay);
+    'relist: loop {
+        let mut stop_listing = stop.clone();
+        let initial = tokio::select! {
+            biased;
+            () = super::stopped(&mut stop) => return,
+            initial = initial_state(&api, &cache, mode, &mut stop_listing) => initial,
+        };
+        let (fresh, mut resource_version, mut stream, streamed) = match initial {
+            Ok(initial) => initial,
+            Err(InitialError::Stopped) => return,
+            Err(InitialError::Broken(why)) => {
+                let _ = broken.send(Some(why));
+                return;
+            }
+            Err(InitialError::StreamingUnsupported(why)) => {
+                tracing::warn!(error = %why, "the API server does not serve streaming lists (sendInitialEvents); using a paged LIST from now on");
+                mode = InitialList::Paged;
+                continue;
+            }
+            Err(InitialError::Failed(why)) => {
+                let wait = delay.next();
+                tracing::warn!(error = %why, retry_in = ?wait, "listing Nodes failed");
+                if sleep_or_stop(wait, &mut stop).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        delay.reset();
+        let count = fresh.len();
+        for name in cache.replace(fresh) {
+            queue.add(name);
+        }
+        tracing::info!(
+            nodes = count,
+            streamed,
+            %resource_version,
+            "listed Nodes; watching"
+        );
+        synced.send_modify(|state| {
+            state.lists += 1;
+            state.streamed = streamed;
+        });
+        loop {
+            let mut open = match stream.take() {
+                Some(open) => open,
+                None => {
+                    let params = WatchParams::default().timeout(WATCH_TIMEOUT_SECONDS);
+                    let opened = tokio::select! {
+                        biased;
+                        () = super::stopped(&mut stop) => return,
+                        opened = api.watch(&params, &resource_version) => opened,
+                    };
+                    match opened {
+                        Ok(open) => Box::pin(open) as WatchStream,
+                        Err(kube::Error::Api(status)) if status.code == 410 => {
+                            tracing::info!(%resource_version, "the watch fell behind the API server's history (410 Gone); listing again");
+                            continue 'relist;
+                        }
+                        Err(error) => {
+                            if is_client_broken(&error) {
+                                let _ = broken.send(Some(error_chain(&error)));
+                                return;
+                            }
+                            let wait = delay.next();
+                            tracing::warn!(error = %error_chain(&error), retry_in = ?wait, "watching Nodes failed");
+                            if sleep_or_stop(wait, &mut stop).await {
+                                return;
+                            }
+                            continue;
+                        }
+                    }
+                }
+            };
+            let idle = Duration::from_secs(u64::from(WATCH_TIMEOUT_SECONDS)) + WATCH_IDLE_GRACE;
+            loop {
+                let next = tokio::select! {
+                    biased;
+                    () = super::stopped(&mut stop) => return,
+                    next = tokio::time::timeout(idle, open.next()) => next,
+                };
+                match next {
+                    Err(_) => {
+                        tracing::warn!(?idle, "the Node watch went silent; watching again");
+                        break;
+                    }
+                    Ok(None) => break,
+                    Ok(Some(Ok(WatchEvent::Added(node) | WatchEvent::Modified(node)))) => {
+                        if let Some(rv) = node.metadata.resource_version.clone() {
+                            resource_version = rv;
+                        }
+                        if let Some(name) = cache.apply(&node) {
+                            queue.add(name);
+                        }
+                        delay.reset();
+                    }
+                    Ok(Some(Ok(WatchEvent::Deleted(node)))) => {
+                        if let Some(rv) = node.metadata.resource_version.clone() {
+                            resource_version = rv;
+                        }
+                        if let Some(name) = cache.delete(node.name()) {
+                            queue.add(name);
+                        }
+                        delay.reset();
+                    }
+                    Ok(Some(Ok(WatchEvent::Bookmark(bookmark)))) => {
+                        resource_version = bookmark.metadata.resource_version;
+                    }
+                    Ok(Some(Ok(WatchEvent::Error(status)))) if status.code == 410 => {
+                        tracing::info!(%resource_version, "the watch fell behind the API server's history (410 Gone); listing again");
+                        continue 'relist;
+                    }
+                    Ok(Some(Ok(WatchEvent::Error(status)))) => {
+                        tracing::warn!(code = status.code, message = %status.message, "the Node watch reported an error; watching again");
+                        break;
+                    }
+                    Ok(Some(Err(error))) => {
+                        if is_client_broken(&error) {
+                            let _ = broken.send(Some(error_chain(&error)));
+                            return;
+                        }
+                        tracing::warn!(error = %error_chain(&error), "reading the Node watch failed; watching again");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Sleeps `wait` unless stop is requested first; returns whether it was.
+async fn sleep_or_stop(wait: Duration, stop: &mut watch::Receiver<bool>) -> bool {
+    tokio::select! {
+        biased;
+        () = super::stopped(stop) => true,
+        () = tokio::time::sleep(wait) => false,
+    }
+}
+
+async fn initial_state(
+    api: &Api<SlimNode>,
+    cache: &NodeCache,
+    mode: InitialList,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<Initial, InitialError> {
+    match mode {
+        InitialList::Streaming => streaming_list(api, cache, stop).await,
+        InitialList::Paged => paged_list(api, cache).await,
+    }
+}
+
+/// Whether a refused streaming-list request means "not supported here" (use a paged LIST) rather
+/// than a passing failure: 400 BadRequest / 422 Invalid (the option is unknown or forbidden, as
+/// kube-apiserver's `ValidateListOptions` answers without the WatchList feature), 404/405/406/415
+/// and 501 (a server or proxy that does not serve such watches).
+fn streaming_refused(code: u16) -> bool {
+    matches!(code, 400 | 404 | 405 | 406 | 415 | 422 | 501)
+}
+
+async fn streaming_list(
+    api: &Api<SlimNode>,
+    cache: &NodeCache,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<Initial, InitialError> {
+    let mut params = WatchParams::default().timeout(WATCH_TIMEOUT_SECONDS);
+    params.send_initial_events = true;
+    // resourceVersion unset (empty): the current state, a consistent read.
+    let opened = api.watch(&params, "").await;
+    let mut stream: WatchStream = match opened {
+        Ok(stream) => Box::pin(stream),
+        Err(kube::Error::Api(status)) if streaming_refused(status.code) => {
+            return Err(InitialError::StreamingUnsupported(format!(
+                "{} {}",
+                status.code, status.message
+            )));
+        }
+        Err(error) => return Err(InitialError::from_kube(&error)),
+    };
+    let mut fresh = HashMap::new();
+    let idle = Duration::from_secs(u64::from(WATCH_TIMEOUT_SECONDS)) + WATCH_IDLE_GRACE;
+    loop {
+        let next = tokio::select! {
+            biased;
+            () = super::stopped(stop) => return Err(InitialError::Stopped),
+            next = tokio::time::timeout(idle, stream.next()) => next,
+        };
+        match next {
+            Err(_) | Ok(None) => {
+                // A server that accepted the request but never ends the initial events does not
+                // serve streaming lists as specified.
+                return Err(InitialError::StreamingUnsupported(
+                    "the watch ended before the initial-events-end bookmark".to_owned(),
+                ));
+            }
+            Ok(Some(Ok(WatchEvent::Added(node) | WatchEvent::Modified(node)))) => {
+                insert_fresh(&mut fresh, cache, &node);
+            }
+            Ok(Some(Ok(WatchEvent::Deleted(node)))) => {
+                fresh.remove(node.name());
+            }
+            Ok(Some(Ok(WatchEvent::Bookmark(bookmark)))) => {
+                if bookmark
+                    .metadata
+                    .annotations
+                    .contains_key("k8s.io/initial-events-end")
+                {
+                    return Ok((
+                        fresh,
+                        bookmark.metadata.resource_version,
+                        Some(stream),
+                        true,
+                    ));
+                }
+            }
+            Ok(Some(Ok(WatchEvent::Error(status)))) if streaming_refused(status.code) => {
+                return Err(InitialError::StreamingUnsupported(format!(
+                    "{} {}",
+                    status.code, status.message
+                )));
+            }
+            Ok(Some(Ok(WatchEvent::Error(status)))) => {
+                return Err(InitialError::Failed(format!(
+                    "{} {}",
+                    status.code, status.message
+                )));
+            }
+            Ok(Some(Err(error))) => return Err(InitialError::from_kube(&error)),
+        }
+    }
+}
+
+async fn paged_list(api: &Api<SlimNode>, cache: &NodeCache) -> Result<Initial, InitialError> {
+    let mut fresh = HashMap::new();
+    let mut params = ListParams::default().limit(LIST_PAGE_SIZE);
+    loop {
+        let page = api
+            .list(&params)
+            .await
+            .map_err(|e| InitialError::from_kube(&e))?;
+        for node in &page.items {
+            insert_fresh(&mut fresh, cache, node);
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params.continue_token = Some(token),
+            None => {
+                let resource_version = page
+                    .metadata
+                    .resource_version
+                    .filter(|rv| !rv.is_empty())
+                    .ok_or_else(|| {
+                    InitialError::Failed("the Node list has no resourceVersion".to_owned())
+                })?;
+                return Ok((fresh, resource_version, None, false));
+            }
+        }
+    }
+}
+
+fn insert_fresh(fresh: &mut HashMap<NodeName, CachedNode>, cache: &NodeCache, node: &SlimNode) {
+    let name = node.name();
+    if name.is_empty() {
+        return;
+    }
+    fresh.insert(cache.shared_name(name), CachedNode::of(node));
+}
+
+/// Capped exponential retry delays with jitter (`backon`; kube-rs's watcher default is
+/// 0.8 s → 30 s), restarted after a success.
+struct Backoff {
+    builder: ExponentialBuilder,
+    current: ExponentialBackoff,
+}
+
+impl Backoff {
+    fn new(min: Duration, max: Duration) -> Backoff {
+        let builder = ExponentialBuilder::default()
+            .with_min_delay(min)
+            .with_max_delay(max.max(min))
+            .with_factor(2.0)
+            .with_jitter()
+            .without_max_times();
+        Backoff {
+            current: builder.build(),
+            builder,
+        }
+    }
+
+    fn next(&mut self) -> Duration {
+        // The schedule has no limit on attempts, so it never ends.
+        self.current.next().unwrap_or(Duration::from_secs(30))
+    }
+
+    fn reset(&mut self) {
+        self.current = self.builder.build();
+    }
+}

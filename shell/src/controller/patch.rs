@@ -1,0 +1,292 @@
+//! The one write this controller makes to a Node — the strategic-merge PATCH of
+//! `spec.podCIDR(s)`, pinned to the Node's uid — and the classification of how it ended into a
+//! [`PatchOutcome`] (what may have been written, what certainly was not).
+//!
+//! Every PATCH carries `timeout=<request timeout>`: kube-apiserver then gives up on the request
+//! itself at that deadline (its `timeout` query parameter, `endpoints/handlers/rest.go`
+//! `parseTimeout`), so a write whose answer we never saw stops being able to land soon after the
+//! client gave up — which the leader-election write fence relies on.
+
+use std::error::Error as _;
+use std::time::Duration;
+
+use kube::Client;
+use kube::api::{Patch, PatchParams};
+use kube::core::Status;
+use serde_json::Value;
+
+use super::node::SlimNode;
+use crate::reconcile::{CannotApplyKind, PatchOutcome};
+
+/// Sends the PATCH `body` to Node `name` and waits at most `request_timeout` (plus one second for
+/// the server's own 504 to arrive first) for the answer. The second value is `Some(why)` when
+/// the client itself is broken for good ([`is_client_broken`]).
+pub async fn patch_pod_cidrs(
+    client: &Client,
+    field_manager: &str,
+    name: &str,
+    body: &Value,
+    request_timeout: Duration,
+) -> (PatchOutcome, Option<String>) {
+    let request = match build_request(field_manager, name, body, request_timeout) {
+        Ok(request) => request,
+        Err(message) => return (PatchOutcome::NotSent { message }, None),
+    };
+    let wait = request_timeout + Duration::from_secs(1);
+    match tokio::time::timeout(wait, client.request::<SlimNode>(request)).await {
+        Ok(Ok(node)) => (PatchOutcome::Applied(node.view()), None),
+        Ok(Err(error)) => {
+            let broken = is_client_broken(&error).then(|| error_chain(&error));
+            (classify_error(&error), broken)
+        }
+        Err(_) => (
+            PatchOutcome::Unknown {
+                message: format!("no answer within {wait:?}"),
+            },
+            None,
+        ),
+    }
+}
+
+fn build_request(
+    field_manager: &str,
+    name: &str,
+    body: &Value,
+    request_timeout: Duration,
+) -> Result<http::Request<Vec<u8>>, String> {
+    let params = PatchParams {
+        field_manager: Some(field_manager.to_owned()),
+        ..PatchParams::default()
+    };
+    let request = kube::core::Request::new("/api/v1/nodes")
+        .patch(name, &params, &Patch::Strategic(body))
+        .map_err(|e| e.to_string())?;
+    let (mut parts, body) = request.into_parts();
+    // kube-core's query builder starts every query with `?&`; send a clean one.
+    let uri = parts.uri.to_string().replacen("?&", "?", 1);
+    let separator = if uri.contains('?') { '&' } else { '?' };
+    let seconds = request_timeout.as_secs().max(1);
+    parts.uri = format!("{uri}{separator}timeout={seconds}s")
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| e.to_string())?;
+    Ok(http::Request::from_parts(parts, body))
+}
+
+/// How a failed request ended. Rules (the status codes kube-apiserver uses, and what they mean
+/// for whether the write happened):
+///
+/// | answer | outcome |
+/// |---|---|
+/// | 404 NotFound | [`PatchOutcome::NotFound`] |
+/// | 422 Invalid, cause on `spec.podCIDR(s)` | [`PatchOutcome::CannotApply`] `PodCidrsAlreadySet` (`ValidateNodeUpdate`: podCIDRs may only change from empty) |
+/// | 422 Invalid, cause on `metadata.uid` | `CannotApply` `NodeReplaced` (`ValidateObjectMetaUpdate`: uid is immutable) |
+/// | other 422 | `CannotApply` `Invalid` |
+/// | 409 Conflict, 429 TooManyRequests | [`PatchOutcome::RetryLater`] (with `details.retryAfterSeconds`) |
+/// | 408, 5xx (incl. 504 Timeout) | [`PatchOutcome::Unknown`]: the server may have applied it |
+/// | other 4xx | [`PatchOutcome::Refused`] |
+/// | connection could not be opened | [`PatchOutcome::NotSent`] |
+/// | any other transport error, an unreadable 2xx body | `Unknown` |
+pub fn classify_error(error: &kube::Error) -> PatchOutcome {
+    match error {
+        kube::Error::Api(status) => classify_status(status),
+        kube::Error::Service(source) if is_connect_error(source.as_ref()) => {
+            PatchOutcome::NotSent {
+                message: error_chain(error),
+            }
+        }
+        kube::Error::BuildRequest(_) => PatchOutcome::NotSent {
+            message: error_chain(error),
+        },
+        _ => PatchOutcome::Unknown {
+            message: error_chain(error),
+        },
+    }
+}
+
+/// The outcome an error `Status` from the API server stands for (see [`classify_error`]).
+pub fn classify_status(status: &Status) -> PatchOutcome {
+    let message = format!("{} {}: {}", status.code, status.reason, status.message);
+    match status.code {
+        404 => PatchOutcome::NotFound,
+        422 => {
+            let fields: Vec<&str> = status
+                .details
+                .iter()
+                .flat_map(|d| d.causes.iter())
+                .map(|c| c.field.as_str())
+                .collect();
+            let kind = if fields.iter().any(|f| f.starts_with("metadata.uid")) {
+                CannotApplyKind::NodeReplaced
+            } else if fields.iter().any(|f| f.starts_with("spec.podCIDR")) {
+                CannotApplyKind::PodCidrsAlreadySet
+            } else {
+                CannotApplyKind::Invalid
+            };
+            PatchOutcome::CannotApply { kind, message }
+        }
+        409 | 429 => PatchOutcome::RetryLater {
+            status: status.code,
+            retry_after: status
+                .details
+                .as_ref()
+                .map(|d| d.retry_after_seconds)
+                .filter(|s| *s > 0)
+                .map(|s| Duration::from_secs(u64::from(s.min(600)))),
+            message,
+        },
+        408 | 500..=599 => PatchOutcome::Unknown { message },
+        400..=499 => PatchOutcome::Refused {
+            status: status.code,
+            message,
+        },
+        _ => PatchOutcome::Unknown { message },
+    }
+}
+
+/// Whether a client-stack error says the TCP/TLS connection could not be opened (so nothing was
+/// sent).
+fn is_connect_error(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = current {
+        if let Some(client) = e.downcast_ref::<hyper_util::client::legacy::Error>()
+            && client.is_connect()
+        {
+            return true;
+        }
+        current = e.source();
+    }
+    false
+}
+
+/// Whether the client itself is broken for good: the kube client's request buffer lost its
+/// worker task (it panicked), so every later request fails the same way. The controller then
+/// fails its health check and exits instead of retrying forever.
+pub fn is_client_broken(error: &kube::Error) -> bool {
+    let kube::Error::Service(source) = error else {
+        return false;
+    };
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(source.as_ref());
+    while let Some(e) = current {
+        if e.is::<tower::buffer::error::Closed>() || e.is::<tower::buffer::error::ServiceError>() {
+            return true;
+        }
+        current = e.source();
+    }
+    false
+}
+
+/// `error` and its causes on one line.
+pub fn error_chain(error: &kube::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::core::response::{StatusCause, StatusDetails};
+
+    use super::*;
+
+    fn status(code: u16, reason: &str, fields: &[&str], retry_after: u32) -> Status {
+        let mut status = Status::failure("message", reason).with_code(code);
+        status.details = Some(StatusDetails {
+            name: "n".to_owned(),
+            group: String::new(),
+            kind: "nodes".to_owned(),
+            uid: String::new(),
+            causes: fields
+                .iter()
+                .map(|f| StatusCause {
+                    reason: "FieldValueInvalid".to_owned(),
+                    message: "field is immutable".to_owned(),
+                    field: (*f).to_owned(),
+                })
+                .collect(),
+            retry_after_seconds: retry_after,
+        });
+        status
+    }
+
+    /// Every row of the table in [`classify_error`]'s documentation.
+    #[test]
+    fn status_codes_map_to_outcomes() {
+        let label = |s: Status| classify_status(&s).metric_label();
+        assert_eq!(label(status(404, "NotFound", &[], 0)), "not_found");
+        assert_eq!(
+            label(status(422, "Invalid", &["spec.podCIDRs"], 0)),
+            "pod_cidrs_already_set"
+        );
+        assert_eq!(
+            label(status(422, "Invalid", &["spec.podCIDR"], 0)),
+            "pod_cidrs_already_set"
+        );
+        assert_eq!(
+            label(status(422, "Invalid", &["metadata.uid"], 0)),
+            "node_replaced"
+        );
+        assert_eq!(
+            label(status(422, "Invalid", &["spec.taints"], 0)),
+            "invalid"
+        );
+        assert_eq!(label(status(409, "Conflict", &[], 0)), "conflict");
+        assert_eq!(
+            classify_status(&status(429, "TooManyRequests", &[], 7)),
+            PatchOutcome::RetryLater {
+                status: 429,
+                retry_after: Some(Duration::from_secs(7)),
+                message: "429 TooManyRequests: message".to_owned(),
+            }
+        );
+        for code in [408, 500, 502, 503, 504] {
+            assert_eq!(
+                label(status(code, "x", &[], 0)),
+                "unknown_outcome",
+                "{code}"
+            );
+        }
+        for code in [400, 401, 403, 405, 413, 415] {
+            assert_eq!(label(status(code, "x", &[], 0)), "refused", "{code}");
+        }
+    }
+
+    #[test]
+    fn the_request_names_the_node_pins_the_uid_and_bounds_the_server_side() {
+        let body = crate::reconcile::pod_cidrs_patch(
+            &[nodeipam_core::Cidr::parse("10.0.0.0/24").expect("cidr")],
+            Some("uid-1"),
+        );
+        let request = build_request(
+            "nodeipam-controller",
+            "node-a",
+            &body,
+            Duration::from_secs(10),
+        )
+        .expect("builds");
+        assert_eq!(request.method(), http::Method::PATCH);
+        assert_eq!(
+            request.uri().to_string(),
+            "/api/v1/nodes/node-a?fieldManager=nodeipam-controller&timeout=10s"
+        );
+        assert_eq!(
+            request
+                .headers()
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok()),
+            Some("application/strategic-merge-patch+json")
+        );
+        let sent: Value = serde_json::from_slice(request.body()).expect("JSON body");
+        assert_eq!(
+            sent,
+            serde_json::json!({"metadata":{"uid":"uid-1"},"spec":{"podCIDR":"10.0.0.0/24","podCIDRs":["10.0.0.0/24"]}})
+        );
+    }
+}

@@ -1,0 +1,221 @@
+//! One allocating term: informer → (first complete list) start-up occupy → dispatcher and
+//! workers, supervised. Ends when `stop` becomes true (clean) or when any of its long-lived tasks
+//! stops or panics, or the client breaks (an error: the process must not live on half-alive).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use kube::runtime::events::{Recorder, Reporter};
+use kube::{Api, Client};
+use tokio::sync::watch;
+
+use super::backoff::RetryBackoff;
+use super::informer::{self, InformerSettings, NodeCache, SyncState};
+use super::worker::{self, Shared, WorkerSettings, WriteGate};
+use super::{CONTROLLER_NAME, ControllerConfig, RunSummary, WorkQueue, WriteLimiter};
+use crate::reconcile::{Action, Allocator, EventSpec, NodeName, NodeView};
+use crate::{Error, metrics as m};
+
+/// Runs informer + workers until `stop`; returns the final state.
+pub(super) async fn run(
+    config: ControllerConfig,
+    client: Client,
+    mut stop: watch::Receiver<bool>,
+    write_gate: WriteGate,
+) -> Result<RunSummary, Error> {
+    let allocator = Arc::new(Mutex::new(
+        Allocator::new(&config.ipam).map_err(Error::Pool)?,
+    ));
+    let health = config.health.clone();
+    let cache = Arc::new(NodeCache::new());
+    let queue = Arc::new(WorkQueue::new());
+    let (synced_tx, mut synced) = watch::channel(SyncState::default());
+    let (broken_tx, mut broken) = watch::channel::<Option<String>>(None);
+    let mut panicked = super::panic_watch();
+    let mut informer_task = tokio::spawn(informer::run(
+        Api::all(client.clone()),
+        cache.clone(),
+        queue.clone(),
+        synced_tx,
+        InformerSettings {
+            initial_list: config.initial_list,
+            retry_min_delay: config
+                .retry_min_delay
+                .max(std::time::Duration::from_millis(100)),
+            retry_max_delay: config.retry_max_delay,
+        },
+        stop.clone(),
+        broken_tx.clone(),
+    ));
+    let summary = |allocator: &Mutex<Allocator>| {
+        let allocator = allocator.lock().unwrap_or_else(PoisonError::into_inner);
+        RunSummary {
+            pools: allocator.pool_stats(),
+            held: allocator
+                .known_names()
+                .into_iter()
+                .filter_map(|name| {
+                    let held = allocator.held(&name)?.to_vec();
+                    Some((name.to_string(), held))
+                })
+                .collect(),
+        }
+    };
+
+    // Nothing is allocated before every existing podCIDR is occupied.
+    let first_sync = tokio::select! {
+        biased;
+        () = super::stopped(&mut stop) => None,
+        synced = synced.wait_for(|s| s.lists > 0) => synced.ok().map(|s| *s),
+        joined = &mut informer_task => {
+            return Err(task_failed(&health, "the Node informer", joined_reason(joined)));
+        }
+        why = broken.wait_for(Option::is_some) => {
+            let why = why.ok().and_then(|w| w.clone()).unwrap_or_default();
+            informer_task.abort();
+            return Err(task_failed(&health, "the Kubernetes client", why));
+        }
+        why = panicked.wait_for(Option::is_some) => {
+            let why = why.ok().and_then(|w| w.clone()).unwrap_or_default();
+            informer_task.abort();
+            return Err(task_failed(&health, "a task", format!("panicked: {why}")));
+        }
+    };
+    if first_sync.is_none() {
+        informer_task.abort();
+        let _ = informer_task.await;
+        return Ok(summary(&allocator));
+    }
+    let startup_events = startup_occupy(&allocator, &cache, &health);
+    health.set_ready(true);
+
+    let shared = Arc::new(Shared::new(
+        client.clone(),
+        allocator.clone(),
+        cache.clone(),
+        queue.clone(),
+        Recorder::new(
+            client,
+            Reporter {
+                controller: CONTROLLER_NAME.to_owned(),
+                instance: config.instance.clone(),
+            },
+        ),
+        WriteLimiter::new(config.kube_api_qps, config.kube_api_burst),
+        health.clone(),
+        RetryBackoff::new(config.retry_min_delay, config.retry_max_delay),
+        startup_events,
+        WorkerSettings {
+            workers: config.workers,
+            request_timeout: config.request_timeout,
+            write_gate,
+        },
+        broken_tx,
+    ));
+    let mut dispatcher = tokio::spawn(worker::dispatch(shared, stop.clone()));
+    let outcome = tokio::select! {
+        biased;
+        () = super::stopped(&mut stop) => Ok(()),
+        joined = &mut informer_task => Err(("the Node informer", joined_reason(joined))),
+        joined = &mut dispatcher => Err(("the workers", match joined {
+            Ok(Ok(())) => "stopped".to_owned(),
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => e.to_string(),
+        })),
+        why = broken.wait_for(Option::is_some) => {
+            Err(("the Kubernetes client", why.ok().and_then(|w| w.clone()).unwrap_or_default()))
+        }
+        why = panicked.wait_for(Option::is_some) => {
+            Err(("a task", format!("panicked: {}", why.ok().and_then(|w| w.clone()).unwrap_or_default())))
+        }
+    };
+    // Stop taking work; let the in-flight writes finish (each bounded by the request timeout).
+    queue.shut_down();
+    informer_task.abort();
+    if !dispatcher.is_finished() {
+        match outcome {
+            Ok(()) => {
+                let _ = dispatcher.await;
+            }
+            Err(_) => dispatcher.abort(),
+        }
+    }
+    let _ = informer_task.await;
+    match outcome {
+        Ok(()) => Ok(summary(&allocator)),
+        Err((task, reason)) => Err(task_failed(&health, task, reason)),
+    }
+}
+
+fn joined_reason<T: std::fmt::Debug>(joined: Result<T, tokio::task::JoinError>) -> String {
+    match joined {
+        Ok(value) => format!("returned {value:?}"),
+        Err(e) if e.is_panic() => format!("panicked: {}", panic_message(e)),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn panic_message(error: tokio::task::JoinError) -> String {
+    match error.try_into_panic() {
+        Ok(payload) => super::panic_text(payload.as_ref()),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn task_failed(health: &super::Health, task: &'static str, reason: String) -> Error {
+    health.set_failed(format!("{task} stopped unexpectedly: {reason}"));
+    Error::TaskFailed { task, reason }
+}
+
+/// Occupies every cached Node's podCIDRs (sorted by name); records the metrics and logs now,
+/// returns the skip events to publish on each Node's first reconcile.
+fn startup_occupy(
+    allocator: &Mutex<Allocator>,
+    cache: &NodeCache,
+    health: &super::Health,
+) -> HashMap<NodeName, Vec<EventSpec>> {
+    let snapshot = cache.snapshot();
+    let views: Vec<NodeView> = snapshot
+        .iter()
+        .filter(|(_, node)| !node.needs_pod_cidrs())
+        .map(|(name, node)| node.view(name))
+        .collect();
+    let mut allocator = allocator.lock().unwrap_or_else(PoisonError::into_inner);
+    let decisions = allocator.startup_occupy(&views);
+    let skipped = decisions
+        .iter()
+        .filter(|(_, d)| matches!(d.action, Action::Skip { .. }))
+        .count();
+    let mut events = HashMap::new();
+    for (name, decision) in decisions.iter() {
+        for metric in &decision.metrics {
+            m::apply(metric);
+        }
+        if let Action::Skip { reason } = &decision.action {
+            tracing::warn!(node = %name, %reason, "skipping Node");
+        }
+        if !decision.events.is_empty() {
+            events.insert(name.clone(), decision.events.clone());
+        }
+    }
+    let pools = allocator.pool_stats();
+    m::set_pool_gauges(&pools, allocator.skipped_count());
+    for pool in &pools {
+        tracing::info!(
+            cluster_cidr = %pool.cluster_cidr,
+            capacity = pool.capacity,
+            used = pool.used,
+            free = pool.free,
+            "pool after start-up occupy"
+        );
+    }
+    health.set_pools(pools);
+    tracing::info!(
+        nodes = snapshot.len(),
+        occupied = decisions.len() - skipped,
+        skipped,
+        waiting = snapshot.len() - decisions.len(),
+        "start-up occupy done; allocating"
+    );
+    events
+}
