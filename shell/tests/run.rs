@@ -42,3 +42,56 @@ async fn unreachable_api_server_is_not_ready_and_stops_cleanly() {
     assert!(summary.held.is_empty());
     assert!(!health.is_ready());
 }
+
+/// A client stack whose request handling panics, as kube's did for a `--master` without a
+/// scheme: the request buffer's worker task dies and every later request fails the same way.
+struct PanickingService;
+
+impl tower::Service<http::Request<kube::client::Body>> for PanickingService {
+    type Response = http::Response<kube::client::Body>;
+    type Error = std::io::Error;
+    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: http::Request<kube::client::Body>) -> Self::Future {
+        panic!("the client stack broke (test)")
+    }
+}
+
+/// The controller must not live on half-alive (retrying forever with `/healthz` at 200) when its
+/// client cannot send anything any more: it fails its health check and `run` returns an error.
+#[tokio::test]
+async fn a_broken_client_fails_health_and_stops_the_controller() {
+    let client = kube::Client::new(PanickingService, "default");
+    let config = config("10.244.0.0/16", "");
+    let health = config.health.clone();
+    let result = tokio::time::timeout(
+        Duration::from_secs(30),
+        run(config, client, std::future::pending()),
+    )
+    .await
+    .expect("run returns instead of retrying forever");
+    match result {
+        Err(Error::TaskFailed { task, reason }) => {
+            assert_eq!(task, "the Kubernetes client");
+            assert!(reason.contains("buffer"), "{reason}");
+        }
+        other => panic!("expected TaskFailed, got {other:?}"),
+    }
+    assert!(!health.is_alive(), "/healthz fails");
+    assert!(!health.is_ready());
+    assert_eq!(
+        Error::TaskFailed {
+            task: "",
+            reason: String::new()
+        }
+        .exit_code(),
+        1
+    );
+}

@@ -63,13 +63,9 @@ pub(super) async fn run(
     };
 
     // Nothing is allocated before every existing podCIDR is occupied.
-    let first_sync = tokio::select! {
+    let synced_ok = tokio::select! {
         biased;
-        () = super::stopped(&mut stop) => None,
-        synced = synced.wait_for(|s| s.lists > 0) => synced.ok().map(|s| *s),
-        joined = &mut informer_task => {
-            return Err(task_failed(&health, "the Node informer", joined_reason(joined)));
-        }
+        () = super::stopped(&mut stop) => false,
         why = broken.wait_for(Option::is_some) => {
             let why = why.ok().and_then(|w| w.clone()).unwrap_or_default();
             informer_task.abort();
@@ -80,8 +76,23 @@ pub(super) async fn run(
             informer_task.abort();
             return Err(task_failed(&health, "a task", format!("panicked: {why}")));
         }
+        // Err: the informer ended (its sender is gone); its handle says why, below.
+        synced = synced.wait_for(|s| s.lists > 0) => synced.is_ok(),
     };
-    if first_sync.is_none() {
+    if !synced_ok {
+        if !*stop.borrow() {
+            // The informer ended before its first list: a broken client, or a panic.
+            if let Some(why) = broken.borrow().clone() {
+                informer_task.abort();
+                return Err(task_failed(&health, "the Kubernetes client", why));
+            }
+            let joined = (&mut informer_task).await;
+            return Err(task_failed(
+                &health,
+                "the Node informer",
+                joined_reason(joined),
+            ));
+        }
         informer_task.abort();
         let _ = informer_task.await;
         return Ok(summary(&allocator));
@@ -113,15 +124,24 @@ pub(super) async fn run(
         broken_tx,
     ));
     let mut dispatcher = tokio::spawn(worker::dispatch(shared, stop.clone()));
+    // Which task ended the term (its handle must not be polled again).
+    let mut informer_done = false;
+    let mut dispatcher_done = false;
     let outcome = tokio::select! {
         biased;
         () = super::stopped(&mut stop) => Ok(()),
-        joined = &mut informer_task => Err(("the Node informer", joined_reason(joined))),
-        joined = &mut dispatcher => Err(("the workers", match joined {
-            Ok(Ok(())) => "stopped".to_owned(),
-            Ok(Err(e)) => e.to_string(),
-            Err(e) => e.to_string(),
-        })),
+        joined = &mut informer_task => {
+            informer_done = true;
+            Err(("the Node informer", joined_reason(joined)))
+        }
+        joined = &mut dispatcher => {
+            dispatcher_done = true;
+            Err(("the workers", match joined {
+                Ok(Ok(())) => "stopped".to_owned(),
+                Ok(Err(e)) => e.to_string(),
+                Err(e) => e.to_string(),
+            }))
+        }
         why = broken.wait_for(Option::is_some) => {
             Err(("the Kubernetes client", why.ok().and_then(|w| w.clone()).unwrap_or_default()))
         }
@@ -131,16 +151,16 @@ pub(super) async fn run(
     };
     // Stop taking work; let the in-flight writes finish (each bounded by the request timeout).
     queue.shut_down();
-    informer_task.abort();
-    if !dispatcher.is_finished() {
-        match outcome {
-            Ok(()) => {
-                let _ = dispatcher.await;
-            }
-            Err(_) => dispatcher.abort(),
-        }
+    if !informer_done {
+        informer_task.abort();
+        let _ = informer_task.await;
     }
-    let _ = informer_task.await;
+    if !dispatcher_done {
+        if outcome.is_err() {
+            dispatcher.abort();
+        }
+        let _ = dispatcher.await;
+    }
     match outcome {
         Ok(()) => Ok(summary(&allocator)),
         Err((task, reason)) => Err(task_failed(&health, task, reason)),

@@ -200,6 +200,15 @@ fn bad_flags_exit_2_with_one_line_naming_the_flag() {
             vec!["--leader-elect", "--leader-elect-resource-namespace="],
             "--leader-elect-resource-namespace",
         ),
+        (
+            vec!["--node-cidr-update-workers=0"],
+            "--node-cidr-update-workers",
+        ),
+        // Client configuration, checked before anything starts.
+        (vec!["--master=ftp://127.0.0.1:1"], "--master"),
+        (vec!["--master=http://"], "--master"),
+        (vec!["--master=http://a b:1"], "--master"),
+        (vec!["--kubeconfig=/nonexistent/kubeconfig"], "--kubeconfig"),
     ];
     for (extra, flag) in cases {
         let mut args = vec![cluster];
@@ -225,6 +234,77 @@ fn bad_flags_exit_2_with_one_line_naming_the_flag() {
         1,
         "{stderr:?}"
     );
+}
+
+/// `--master=HOST:PORT` without a scheme is completed to `http://` as client-go does (it used to
+/// make the kube client panic and leave a half-alive process), and `--master` without
+/// `--kubeconfig` sends no credentials even when `$KUBECONFIG` names a file with a token
+/// (kube-controller-manager's `BuildConfigFromFlags` loads no kubeconfig then). The first request
+/// arrives at a plain TCP listener of the test as HTTP/1.1 with our User-Agent.
+#[test]
+fn master_without_a_scheme_reaches_the_server_over_http_without_credentials() {
+    use std::io::{BufRead as _, BufReader};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let dir = std::env::temp_dir().join(format!("nodeipam-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:9\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\ncurrent-context: x\nusers:\n- name: u\n  user:\n    token: real-cluster-secret\n",
+    )
+    .expect("kubeconfig");
+    let mut child = Command::new(BIN)
+        .args([
+            "--cluster-cidr=10.244.0.0/16",
+            &format!("--master=127.0.0.1:{port}"),
+            "--leader-elect=false",
+            "--metrics-bind-address=0",
+            "--health-probe-bind-address=0",
+        ])
+        .env("RUST_LOG", "warn")
+        .env("KUBECONFIG", &kubeconfig)
+        .env("HOME", "/nonexistent")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("binary runs");
+    listener.set_nonblocking(false).expect("blocking");
+    let (stream, _) = listener.accept().expect("the controller connects");
+    let mut head = Vec::new();
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+        head.push(line.trim_end().to_owned());
+    }
+    let _ = child.kill();
+    let output = child.wait_with_output().expect("exits");
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        head.first()
+            .is_some_and(|l| l.starts_with("GET /api/v1/nodes?") && l.ends_with(" HTTP/1.1")),
+        "{head:?}"
+    );
+    let header = |name: &str| {
+        head.iter()
+            .find(|l| l.to_ascii_lowercase().starts_with(&format!("{name}:")))
+            .cloned()
+    };
+    assert_eq!(
+        header("user-agent"),
+        Some(format!(
+            "user-agent: nodeipam-controller/{}",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{head:?}"
+    );
+    assert_eq!(header("authorization"), None, "no credentials: {head:?}");
 }
 
 #[test]
