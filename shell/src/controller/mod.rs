@@ -27,6 +27,7 @@ mod backoff;
 pub mod client;
 mod health;
 pub mod informer;
+pub mod leader;
 mod limiter;
 pub mod node;
 pub mod patch;

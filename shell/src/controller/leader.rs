@@ -1,0 +1,869 @@
+//! Leader election over a `coordination.k8s.io/v1` Lease with client-go's algorithm, and the
+//! **write fence** that keeps a deposed leader's Node writes from overlapping its successor's.
+//!
+//! # Algorithm (client-go `tools/leaderelection`)
+//!
+//! Every try is client-go's `tryAcquireOrRenew` (`leaderelection.go`) over the Lease, as its
+//! `resourcelock/leaselock.go` does it: GET the Lease; 404 ⇒ CREATE it naming us; otherwise, if
+//! it may be taken, UPDATE (PUT) it carrying the `metadata.resourceVersion` we read, so a
+//! concurrent writer makes our write fail with 409 (we lost the race; nothing is assumed).
+//!
+//! - **Observation.** As client-go's `observedRecord`/`observedTime`, we remember the Lease as we
+//!   last read it and the *local monotonic* instant at which we first saw it in that state. It
+//!   counts as changed when its `metadata.resourceVersion` or its `spec` differs (client-go compares
+//!   the record only; counting any write as a change can only make us wait longer).
+//! - **Validity** (`isLeaseValid`): a Lease held by someone else is valid until our observation
+//!   instant + the Lease's own `leaseDurationSeconds`. Timestamps written by other machines
+//!   (`renewTime`, `acquireTime`) are never compared with our clock: they only make a renewal
+//!   visible as a change. Like client-go this tolerates any clock *offset* between machines, but
+//!   assumes their clocks advance at about the same rate.
+//! - **Taking** a Lease that names no holder, or whose holder's validity has run out: UPDATE with
+//!   `holderIdentity` = us, `leaseDurationSeconds` = [`LeaseConfig::lease_duration`] in whole
+//!   seconds, `acquireTime` = `renewTime` = now (`MicroTime`), `leaseTransitions` + 1. A Lease that
+//!   already names us (e.g. our earlier write whose answer was lost) keeps its `acquireTime` and
+//!   `leaseTransitions`, as client-go's `IsLeader` branch does. CREATE writes `leaseTransitions` 0.
+//!   `spec.strategy` and `spec.preferredHolder` are left as found.
+//! - **Renewing** (`renew`): every retry period the leader UPDATEs optimistically with the
+//!   resourceVersion of its last write (client-go's fast path); on any failure it GETs and UPDATEs
+//!   again (the slow path). `acquireTime` and `leaseTransitions` are kept.
+//! - **Releasing** (`release` with `ReleaseOnCancel`): on shutdown, if we hold the Lease (or a
+//!   write of ours with an unknown outcome may have made us its holder), UPDATE it with
+//!   `holderIdentity` "" and `leaseDurationSeconds` 1, with the resourceVersion — only if it still
+//!   names us. A standby takes a Lease without holder at its next try.
+//! - Each request times out after `max(1 s, renew_deadline / 2)`, the timeout client-go gives the
+//!   lock's client (`resourcelock/interface.go` `NewFromKubeconfig`: "a single hung request" must not
+//!   force a leader loss).
+//!
+//! # Deliberate differences from client-go
+//!
+//! - **No jitter.** A standby tries every [`LeaseConfig::retry_period`] exactly (client-go waits
+//!   up to 1.2 × the period, `wait.JitterUntil` with `JitterFactor`), counted from the start of the
+//!   previous try, so a released Lease is taken within one retry period (plus one request's
+//!   latency), and after a leader's `kill -9` within lease duration + retry period of its last
+//!   renewal being observed.
+//! - **Renew deadline counted from the last success.** The leader gives up ([`Leadership::Lost`])
+//!   when no renewal has succeeded for `renew_deadline` since the *start* of the last successful
+//!   one (client-go counts from the start of the failing round, up to one retry period later).
+//!   Since `renew_deadline < lease_duration`, the loss is declared before the write fence passes.
+//! - **A leader that reads a Lease not naming it loses at once** ([`LeaderError::Superseded`]),
+//!   including a deleted Lease or one whose holder was emptied by someone else; client-go keeps
+//!   retrying until the renew deadline and may re-create or re-take it.
+//! - **No release after a loss**: a lost leader may still have writes in flight; releasing would let
+//!   a standby in before the write fence has passed. The Lease simply expires.
+//! - **Hostile Lease contents never panic.** Durations: a `leaseDurationSeconds` that is missing,
+//!   zero or negative (kube-apiserver's `ValidateLeaseSpec` rejects ≤ 0, but old objects or other
+//!   servers may hold anything) is read as **our configured lease duration**, not as expired:
+//!   client-go would take such a Lease at once from a holder that may be alive; we give the holder
+//!   a full lease duration from our observation of its last change. Any value in 1..=2³¹−1 s is
+//!   honoured as written — shortening another holder's duration would void *its* write fence —
+//!   and instant arithmetic is checked (an overflow means "valid while unchanged"). A negative
+//!   `leaseTransitions` counts as 0 and the count saturates at 2³¹−1. A `holderIdentity` of any
+//!   format is compared byte for byte; empty means no holder. A Lease whose JSON does not decode
+//!   (e.g. a `renewTime` that is not a timestamp, which a conformant API server cannot store) is a
+//!   failed read: a standby waits, a leader's renewal fails. A Lease without
+//!   `metadata.resourceVersion` is never updated (that would be an unconditional write).
+//!
+//! # The write fence
+//!
+//! While leading, [`Leadership::Leading::write_fence`] is the local monotonic instant
+//! `S + D`, where `S` is when the last *successful* acquire/renew try started (before its first
+//! request was sent) and `D` is the `leaseDurationSeconds` we wrote (whole seconds). No other
+//! elector running this algorithm can take the Lease before `S + D`:
+//!
+//! 1. our successful write `W` was sent after `S` and committed after that;
+//! 2. a rival's takeover UPDATE carries the resourceVersion of the GET it decided on; if that GET
+//!    was answered before `W` committed, the UPDATE fails with 409 (or `W` would have). So a
+//!    successful takeover follows a GET that returned `W`'s record or a later one;
+//! 3. that record differs from everything the rival saw before `W`, so its observation instant is
+//!    at or after the GET's answer, after `S`; it takes the Lease only once `D` has elapsed since
+//!    (the record's `leaseDurationSeconds` is `D`), i.e. after `S + D` (equal clock rates assumed,
+//!    as client-go does).
+//!
+//! So a controller that **starts** a write only while `now + request_timeout < write_fence`, and
+//! abandons every write after `request_timeout`, has finished (on its side) all its writes before
+//! any successor can hold the Lease, even when it is partitioned from the API server or is deposed
+//! without noticing. What this cannot cover, as for any lease without server-side fencing tokens: a
+//! request the client abandoned that the API server still applies later, and writers that bypass
+//! the algorithm (deleting or hand-editing the Lease).
+//!
+//! # Use
+//!
+//! ```no_run
+//! # async fn demo(client: kube::Client) -> Result<(), nodeipam::controller::leader::LeaderError> {
+//! use std::time::Duration;
+//! use nodeipam::controller::leader::{LeaderElector, LeaseConfig, Leadership};
+//! let config = LeaseConfig {
+//!     namespace: "kube-system".into(),
+//!     name: "nodeipam-controller".into(),
+//!     identity: "pod-a_1".into(),
+//!     lease_duration: Duration::from_secs(15),
+//!     renew_deadline: Duration::from_secs(10),
+//!     retry_period: Duration::from_secs(2),
+//! };
+//! let elector = LeaderElector::new(client, config)?;
+//! let (state, mut leadership) = tokio::sync::watch::channel(Leadership::default());
+//! let (release, released) = tokio::sync::oneshot::channel::<()>();
+//! let election = tokio::spawn(elector.run(state, async move { let _ = released.await; }));
+//! let _ = leadership.wait_for(Leadership::is_leading).await;
+//! // … work; before each Node write:
+//! let may_write = leadership
+//!     .borrow()
+//!     .may_start_write(tokio::time::Instant::now(), Duration::from_secs(10));
+//! // On SIGTERM: stop taking work, finish in-flight writes, then release and wait:
+//! let _ = release.send(());
+//! election.await.expect("joined")?;
+//! # let _ = may_write; Ok(()) }
+//! ```
+
+use std::future::Future;
+use std::pin::pin;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::Client;
+use kube::api::{Api, PostParams};
+use tokio::sync::watch;
+use tokio::time::{Instant, sleep_until, timeout_at};
+
+/// client-go's `JitterFactor`: `renew_deadline` must exceed this many retry periods
+/// (`leaderelection.go` `NewLeaderElector`).
+pub const JITTER_FACTOR: f64 = 1.2;
+
+/// Where the Lease is, who we are, and the election's timing (kube-controller-manager's
+/// `--leader-elect-*` flags; defaults there 15 s / 10 s / 2 s).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseConfig {
+    /// Namespace of the Lease (`--leader-elect-resource-namespace`).
+    pub namespace: String,
+    /// Name of the Lease (`--leader-elect-resource-name`).
+    pub name: String,
+    /// Our `holderIdentity`; must be unique per process (e.g. pod name + process id).
+    pub identity: String,
+    /// How long a standby waits after observing the Lease's last change before taking it. Written
+    /// as whole seconds (the fraction is dropped), 1 s ..= 2³¹−1 s.
+    pub lease_duration: Duration,
+    /// How long the leader keeps failing to renew before it gives up, counted from the start of
+    /// its last successful renewal. Shorter than `lease_duration`.
+    pub renew_deadline: Duration,
+    /// Time between the starts of two tries (acquire or renew). `renew_deadline` must exceed
+    /// [`JITTER_FACTOR`] × this.
+    pub retry_period: Duration,
+}
+
+impl LeaseConfig {
+    /// Checks client-go's `NewLeaderElector` rules (every duration > 0, lease duration > renew
+    /// deadline > 1.2 × retry period, non-empty identity) and what a Lease can hold (a lease
+    /// duration of 1 ..= 2³¹−1 whole seconds, non-empty name and namespace).
+    ///
+    /// # Errors
+    /// [`LeaderError::InvalidConfig`] naming the first broken rule.
+    pub fn validate(&self) -> Result<(), LeaderError> {
+        let invalid = |message: String| Err(LeaderError::InvalidConfig(message));
+        if self.name.trim().is_empty() || self.namespace.trim().is_empty() {
+            return invalid("the Lease name and namespace must not be empty".to_owned());
+        }
+        if self.identity.is_empty() {
+            return invalid("the holder identity must not be empty".to_owned());
+        }
+        let lease = self.lease_duration;
+        if lease < Duration::from_secs(1) || lease.as_secs() > i32::MAX as u64 {
+            return invalid(format!(
+                "lease duration {lease:?} must be between 1s and {}s (whole seconds in an int32)",
+                i32::MAX
+            ));
+        }
+        if self.renew_deadline.is_zero() || self.retry_period.is_zero() {
+            return invalid("renew deadline and retry period must be greater than zero".to_owned());
+        }
+        if self.renew_deadline >= lease {
+            return invalid(format!(
+                "renew deadline {:?} must be shorter than the lease duration {lease:?}",
+                self.renew_deadline
+            ));
+        }
+        if self.renew_deadline.as_secs_f64() <= JITTER_FACTOR * self.retry_period.as_secs_f64() {
+            return invalid(format!(
+                "renew deadline {:?} must exceed {JITTER_FACTOR} × the retry period {:?}",
+                self.renew_deadline, self.retry_period
+            ));
+        }
+        Ok(())
+    }
+
+    /// The `spec.leaseDurationSeconds` we write: whole seconds of
+    /// [`lease_duration`](Self::lease_duration), saturated to an int32.
+    pub fn lease_duration_seconds(&self) -> i32 {
+        i32::try_from(self.lease_duration.as_secs()).unwrap_or(i32::MAX)
+    }
+
+    /// Timeout of each Lease request: `max(1 s, renew_deadline / 2)` (client-go
+    /// `resourcelock/interface.go` `NewFromKubeconfig`).
+    pub fn request_timeout(&self) -> Duration {
+        (self.renew_deadline / 2).max(Duration::from_secs(1))
+    }
+
+    fn describe(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// What the elector knows about its leadership, published on the `watch` channel given to
+/// [`LeaderElector::run`]. `Lost` and `Stopped` are final.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Leadership {
+    /// Not leading (yet). `holder` is the non-empty `holderIdentity` of the Lease at our last
+    /// successful read (`None`: not read yet, no Lease, or no holder).
+    Standby {
+        /// The holder named by the Lease, as read.
+        holder: Option<String>,
+    },
+    /// Leading. Updated after every successful renewal.
+    Leading {
+        /// Local monotonic instant until which no other elector can hold the Lease: start of the
+        /// last successful acquire/renew try + the written `leaseDurationSeconds` (see the module
+        /// doc). Start a write only while `now + request_timeout < write_fence`
+        /// ([`Leadership::may_start_write`]).
+        write_fence: Instant,
+    },
+    /// Was leading and no longer is: no renewal succeeded for the renew deadline, or the Lease
+    /// names someone else. The Lease is not released. kube-controller-manager exits then.
+    Lost,
+    /// [`LeaderElector::run`] ended on shutdown; the Lease was released if we held it.
+    Stopped,
+}
+
+impl Default for Leadership {
+    /// `Standby { holder: None }`: the state before the first try.
+    fn default() -> Self {
+        Leadership::Standby { holder: None }
+    }
+}
+
+impl Leadership {
+    /// Whether this is [`Leadership::Leading`].
+    pub fn is_leading(&self) -> bool {
+        matches!(self, Leadership::Leading { .. })
+    }
+
+    /// The write fence while leading, else `None`.
+    pub fn write_fence(&self) -> Option<Instant> {
+        match self {
+            Leadership::Leading { write_fence } => Some(*write_fence),
+            _ => None,
+        }
+    }
+
+    /// Whether a write that starts at `now` and is abandoned after `request_timeout` surely ends
+    /// before any other elector can hold the Lease: leading and `now + request_timeout <
+    /// write_fence`. An overflowing sum is `false`.
+    pub fn may_start_write(&self, now: Instant, request_timeout: Duration) -> bool {
+        self.write_fence()
+            .zip(now.checked_add(request_timeout))
+            .is_some_and(|(fence, done_by)| done_by < fence)
+    }
+}
+
+/// A Lease request that failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RequestError {
+    /// The API server answered with an error status, or the client failed.
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    /// No answer within the request timeout ([`LeaseConfig::request_timeout`]); the request
+    /// may still have been applied.
+    #[error("no answer within {0:?}")]
+    TimedOut(Duration),
+    /// The Lease came without `metadata.resourceVersion`; updating it would be unconditional.
+    #[error("the Lease has no metadata.resourceVersion; refusing an unconditional update")]
+    MissingResourceVersion,
+}
+
+impl RequestError {
+    fn status_code(&self) -> Option<u16> {
+        match self {
+            RequestError::Kube(kube::Error::Api(status)) => Some(status.code),
+            _ => None,
+        }
+    }
+
+    fn is_not_found(&self) -> bool {
+        self.status_code() == Some(404)
+    }
+}
+
+/// Why leader election stopped with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LeaderError {
+    /// The [`LeaseConfig`] breaks a rule; the message names it.
+    #[error("leader election: {0}")]
+    InvalidConfig(String),
+    /// Leading, no renewal succeeded for the renew deadline (client-go: "failed to renew lease").
+    #[error(
+        "leader election: lost the Lease {lease}: no successful renewal for {renew_deadline:?}"
+    )]
+    RenewDeadlineExceeded {
+        /// `namespace/name` of the Lease.
+        lease: String,
+        /// The configured renew deadline.
+        renew_deadline: Duration,
+        /// The last renewal failure, if a request failed (none if the deadline cut it short).
+        #[source]
+        last_error: Option<RequestError>,
+    },
+    /// Leading, we read the Lease and it no longer names us.
+    #[error("leader election: lost the Lease {lease}: it now names {holder:?}")]
+    Superseded {
+        /// `namespace/name` of the Lease.
+        lease: String,
+        /// The holder it names; `None` if it names nobody or was deleted.
+        holder: Option<String>,
+    },
+    /// On shutdown, the Lease we held could not be released; it expires after the lease duration.
+    #[error("leader election: releasing the Lease {lease} failed")]
+    Release {
+        /// `namespace/name` of the Lease.
+        lease: String,
+        /// Why.
+        #[source]
+        source: RequestError,
+    },
+}
+
+impl LeaderError {
+    /// A bounded, stable label for metrics (`error="…"`).
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            LeaderError::InvalidConfig(_) => "leader_election_config",
+            LeaderError::RenewDeadlineExceeded { .. } => "leader_renew_deadline_exceeded",
+            LeaderError::Superseded { .. } => "leader_superseded",
+            LeaderError::Release { .. } => "leader_release",
+        }
+    }
+}
+
+/// How long a record read from the Lease stays valid after we observed it change: its
+/// `leaseDurationSeconds` when in 1 ..= 2³¹−1, else (missing, zero, negative) `configured`.
+pub fn record_lease_duration(spec: Option<&LeaseSpec>, configured: Duration) -> Duration {
+    match spec.and_then(|s| s.lease_duration_seconds) {
+        Some(seconds) => u64::try_from(seconds)
+            .ok()
+            .filter(|s| *s > 0)
+            .map_or(configured, Duration::from_secs),
+        None => configured,
+    }
+}
+
+/// The Lease's holder: its `holderIdentity` unless missing or empty.
+fn holder_of(spec: Option<&LeaseSpec>) -> Option<&str> {
+    spec.and_then(|s| s.holder_identity.as_deref())
+        .filter(|h| !h.is_empty())
+}
+
+/// `leaseTransitions` as read: missing or negative counts as 0.
+fn transitions_of(spec: &LeaseSpec) -> i32 {
+    spec.lease_transitions.unwrap_or(0).max(0)
+}
+
+/// The spec of a Lease we CREATE (client-go `tryAcquireOrRenew`'s new record).
+fn created_spec(identity: &str, seconds: i32, now: Timestamp) -> LeaseSpec {
+    LeaseSpec {
+        holder_identity: Some(identity.to_owned()),
+        lease_duration_seconds: Some(seconds),
+        acquire_time: Some(MicroTime(now)),
+        renew_time: Some(MicroTime(now)),
+        lease_transitions: Some(0),
+        ..LeaseSpec::default()
+    }
+}
+
+/// The spec we UPDATE to hold `old`: a renewal if `old` names us (acquire time and transitions
+/// kept), a takeover otherwise (acquired now, transitions + 1, saturating). Other fields are kept.
+fn claimed_spec(old: &LeaseSpec, identity: &str, seconds: i32, now: Timestamp) -> LeaseSpec {
+    let ours = holder_of(Some(old)) == Some(identity);
+    let mut spec = old.clone();
+    spec.holder_identity = Some(identity.to_owned());
+    spec.lease_duration_seconds = Some(seconds);
+    spec.renew_time = Some(MicroTime(now));
+    if ours {
+        spec.acquire_time = old.acquire_time.clone().or(Some(MicroTime(now)));
+        spec.lease_transitions = Some(transitions_of(old));
+    } else {
+        spec.acquire_time = Some(MicroTime(now));
+        spec.lease_transitions = Some(transitions_of(old).saturating_add(1));
+    }
+    spec
+}
+
+/// The spec that releases `old` (client-go `release`): no holder, 1 s, times now, transitions kept.
+fn released_spec(old: &LeaseSpec, now: Timestamp) -> LeaseSpec {
+    let mut spec = old.clone();
+    spec.holder_identity = Some(String::new());
+    spec.lease_duration_seconds = Some(1);
+    spec.acquire_time = Some(MicroTime(now));
+    spec.renew_time = Some(MicroTime(now));
+    spec.lease_transitions = Some(transitions_of(old));
+    spec
+}
+
+/// The Lease as we last saw it change (client-go's `observedRecord` + `observedTime`).
+#[derive(Debug, Clone)]
+struct Observation {
+    resource_version: Option<String>,
+    spec: Option<LeaseSpec>,
+    /// Local instant at which we first read it in this state.
+    since: Instant,
+}
+
+impl Observation {
+    /// The observation after reading `lease` at `now`: unchanged (same resourceVersion and spec)
+    /// keeps its instant, anything else starts a new one.
+    fn after_read(previous: Option<Observation>, lease: &Lease, now: Instant) -> Observation {
+        let resource_version = lease.metadata.resource_version.clone();
+        match previous {
+            Some(seen) if seen.resource_version == resource_version && seen.spec == lease.spec => {
+                seen
+            }
+            _ => Observation {
+                resource_version,
+                spec: lease.spec.clone(),
+                since: now,
+            },
+        }
+    }
+
+    /// Whether another holder's claim is still valid at `now` (client-go `isLeaseValid`):
+    /// `now < since + record duration`; an overflowing sum is valid.
+    fn is_valid(&self, now: Instant, configured: Duration) -> bool {
+        let duration = record_lease_duration(self.spec.as_ref(), configured);
+        self.since
+            .checked_add(duration)
+            .is_none_or(|until| now < until)
+    }
+}
+
+/// A standby's try.
+enum Acquire {
+    /// We hold the Lease now.
+    Acquired,
+    /// Not ours; `holder` as read.
+    Standby { holder: Option<String> },
+}
+
+/// A leader's try.
+enum Renew {
+    Renewed,
+    /// The Lease no longer names us.
+    Superseded {
+        holder: Option<String>,
+    },
+    Failed(RequestError),
+}
+
+/// Runs leader election for one Lease; see the module doc.
+#[derive(Debug)]
+pub struct LeaderElector {
+    api: Api<Lease>,
+    config: LeaseConfig,
+    lease_seconds: i32,
+    request_timeout: Duration,
+    /// The Lease as last read or written (its metadata carries the resourceVersion for UPDATEs).
+    last_seen: Option<Lease>,
+    observation: Option<Observation>,
+    /// A write of ours may have made us the holder without our knowing (it timed out or was
+    /// cancelled, or the server failed after committing): release checks on shutdown.
+    maybe_holding: bool,
+}
+
+impl LeaderElector {
+    /// An elector for the Lease `config.namespace/config.name`, using `client` for its requests.
+    ///
+    /// # Errors
+    /// [`LeaderError::InvalidConfig`] if `config` breaks a rule of [`LeaseConfig::validate`].
+    pub fn new(client: Client, config: LeaseConfig) -> Result<Self, LeaderError> {
+        config.validate()?;
+        Ok(LeaderElector {
+            api: Api::namespaced(client, &config.namespace),
+            lease_seconds: config.lease_duration_seconds(),
+            request_timeout: config.request_timeout(),
+            config,
+            last_seen: None,
+            observation: None,
+            maybe_holding: false,
+        })
+    }
+
+    /// Tries to acquire the Lease every retry period until it succeeds, then renews it every retry
+    /// period, publishing each change on `state`, until `shutdown` resolves or leadership is lost.
+    ///
+    /// On shutdown (at any point, cancelling a request in flight) the Lease is released if we hold
+    /// it or may hold it, then [`Leadership::Stopped`] is published. Resolve `shutdown` only once
+    /// every write guarded by the Lease has finished: after the release a standby may take over
+    /// within one retry period. Releasing is bounded by the renew deadline.
+    ///
+    /// # Errors
+    /// - [`LeaderError::RenewDeadlineExceeded`] / [`LeaderError::Superseded`]: leadership lost
+    ///   ([`Leadership::Lost`] is published first; the Lease is not released);
+    /// - [`LeaderError::Release`]: shutdown while holding, and the release failed (the Lease then
+    ///   expires after the lease duration).
+    ///
+    /// Failed requests while standing by are logged and retried, never returned.
+    pub async fn run(
+        mut self,
+        state: watch::Sender<Leadership>,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), LeaderError> {
+        let mut shutdown = pin!(shutdown);
+        let lease = self.config.describe();
+        tracing::info!(%lease, identity = %self.config.identity, "trying to acquire the Lease");
+        // Acquire: one try per retry period, counted from the start of the previous try.
+        let acquired_at = loop {
+            let started = Instant::now();
+            let outcome = tokio::select! {
+                biased;
+                () = &mut shutdown => return self.stop(&state, false).await,
+                outcome = self.try_acquire() => outcome,
+            };
+            match outcome {
+                Acquire::Acquired => break started,
+                Acquire::Standby { holder } => {
+                    state.send_if_modified(|current| {
+                        let next = Leadership::Standby { holder };
+                        let changed = *current != next;
+                        *current = next;
+                        changed
+                    });
+                }
+            }
+            let next_try = started
+                .checked_add(self.config.retry_period)
+                .unwrap_or(started);
+            tokio::select! {
+                biased;
+                () = &mut shutdown => return self.stop(&state, false).await,
+                () = sleep_until(next_try) => {}
+            }
+        };
+        tracing::info!(%lease, identity = %self.config.identity, "acquired the Lease");
+        self.lead(acquired_at, &state, shutdown).await
+    }
+
+    /// Renews from `acquired_at` (start of the successful acquire try) until shutdown or loss.
+    async fn lead(
+        &mut self,
+        acquired_at: Instant,
+        state: &watch::Sender<Leadership>,
+        mut shutdown: std::pin::Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<(), LeaderError> {
+        let lease = self.config.describe();
+        let mut last_renewed = acquired_at;
+        let mut last_error: Option<RequestError> = None;
+        state.send_replace(Leadership::Leading {
+            write_fence: self.write_fence(last_renewed),
+        });
+        let mut next_try = acquired_at
+            .checked_add(self.config.retry_period)
+            .unwrap_or(acquired_at);
+        loop {
+            // Safe side on overflow: lose at once.
+            let lost_at = last_renewed
+                .checked_add(self.config.renew_deadline)
+                .unwrap_or(last_renewed);
+            if Instant::now() >= lost_at {
+                tracing::warn!(%lease, renew_deadline = ?self.config.renew_deadline, "lost the Lease: renew deadline passed");
+                state.send_replace(Leadership::Lost);
+                return Err(LeaderError::RenewDeadlineExceeded {
+                    lease,
+                    renew_deadline: self.config.renew_deadline,
+                    last_error,
+                });
+            }
+            tokio::select! {
+                biased;
+                () = &mut shutdown => return self.stop(state, true).await,
+                () = sleep_until(next_try.min(lost_at)) => {}
+            }
+            if Instant::now() >= lost_at {
+                continue;
+            }
+            let started = Instant::now();
+            next_try = started
+                .checked_add(self.config.retry_period)
+                .unwrap_or(started);
+            let outcome = tokio::select! {
+                biased;
+                () = &mut shutdown => return self.stop(state, true).await,
+                outcome = timeout_at(lost_at, self.try_renew()) => outcome,
+            };
+            match outcome {
+                Ok(Renew::Renewed) => {
+                    last_renewed = started;
+                    last_error = None;
+                    state.send_replace(Leadership::Leading {
+                        write_fence: self.write_fence(last_renewed),
+                    });
+                }
+                Ok(Renew::Superseded { holder }) => {
+                    tracing::warn!(%lease, ?holder, "lost the Lease: it names someone else");
+                    state.send_replace(Leadership::Lost);
+                    return Err(LeaderError::Superseded { lease, holder });
+                }
+                Ok(Renew::Failed(error)) => {
+                    tracing::warn!(%lease, %error, "renewing the Lease failed; retrying");
+                    last_error = Some(error);
+                }
+                // The deadline cut the try short: the loop top reports the loss.
+                Err(_elapsed) => {}
+            }
+        }
+    }
+
+    /// The write fence for a successful try that started at `started`. Safe side on overflow: the
+    /// try's start (no write allowed).
+    fn write_fence(&self, started: Instant) -> Instant {
+        let written = Duration::from_secs(u64::try_from(self.lease_seconds).unwrap_or(0));
+        started.checked_add(written).unwrap_or(started)
+    }
+
+    /// Runs one request with the request timeout.
+    async fn request<T>(
+        &self,
+        call: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, RequestError> {
+        match tokio::time::timeout(self.request_timeout, call).await {
+            Ok(answer) => answer.map_err(RequestError::Kube),
+            Err(_elapsed) => Err(RequestError::TimedOut(self.request_timeout)),
+        }
+    }
+
+    async fn get(&self) -> Result<Lease, RequestError> {
+        self.request(self.api.get(&self.config.name)).await
+    }
+
+    /// UPDATE `read` (a Lease as the server returned it) with `spec`, conditional on its
+    /// resourceVersion. Remembers the written Lease on success.
+    async fn update(&mut self, read: &Lease, spec: LeaseSpec) -> Result<(), RequestError> {
+        if read
+            .metadata
+            .resource_version
+            .as_deref()
+            .is_none_or(str::is_empty)
+        {
+            return Err(RequestError::MissingResourceVersion);
+        }
+        let lease = Lease {
+            metadata: read.metadata.clone(),
+            spec: Some(spec),
+        };
+        self.maybe_holding = true;
+        let written = self
+            .request(
+                self.api
+                    .replace(&self.config.name, &PostParams::default(), &lease),
+            )
+            .await?;
+        self.remember(written);
+        Ok(())
+    }
+
+    /// Note a Lease the server returned for our write.
+    fn remember(&mut self, written: Lease) {
+        self.observation = Some(Observation::after_read(
+            self.observation.take(),
+            &written,
+            Instant::now(),
+        ));
+        self.last_seen = Some(written);
+    }
+
+    /// Note a Lease we read.
+    fn observe(&mut self, read: &Lease) {
+        self.observation = Some(Observation::after_read(
+            self.observation.take(),
+            read,
+            Instant::now(),
+        ));
+        self.maybe_holding = holder_of(read.spec.as_ref()) == Some(self.config.identity.as_str());
+        self.last_seen = Some(read.clone());
+    }
+
+    /// One standby try: client-go `tryAcquireOrRenew` without the fast path.
+    async fn try_acquire(&mut self) -> Acquire {
+        let lease = self.config.describe();
+        let read = match self.get().await {
+            Ok(read) => read,
+            Err(error) if error.is_not_found() => return self.create().await,
+            Err(error) => {
+                tracing::warn!(%lease, %error, "reading the Lease failed");
+                return Acquire::Standby { holder: None };
+            }
+        };
+        self.observe(&read);
+        let holder = holder_of(read.spec.as_ref()).map(str::to_owned);
+        if let (Some(other), Some(seen)) = (&holder, &self.observation)
+            && *other != self.config.identity
+            && seen.is_valid(Instant::now(), self.config.lease_duration)
+        {
+            tracing::debug!(%lease, holder = %other, "the Lease is held and valid");
+            return Acquire::Standby { holder };
+        }
+        let old = read.spec.clone().unwrap_or_default();
+        let spec = claimed_spec(
+            &old,
+            &self.config.identity,
+            self.lease_seconds,
+            Timestamp::now(),
+        );
+        match self.update(&read, spec).await {
+            Ok(()) => Acquire::Acquired,
+            Err(error) => {
+                if error.status_code() == Some(409) {
+                    tracing::debug!(%lease, "another elector updated the Lease first");
+                } else {
+                    tracing::warn!(%lease, %error, "taking the Lease failed");
+                }
+                Acquire::Standby { holder }
+            }
+        }
+    }
+
+    /// CREATE the Lease naming us.
+    async fn create(&mut self) -> Acquire {
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(self.config.name.clone()),
+                namespace: Some(self.config.namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(created_spec(
+                &self.config.identity,
+                self.lease_seconds,
+                Timestamp::now(),
+            )),
+        };
+        self.maybe_holding = true;
+        match self
+            .request(self.api.create(&PostParams::default(), &lease))
+            .await
+        {
+            Ok(written) => {
+                self.remember(written);
+                Acquire::Acquired
+            }
+            Err(error) => {
+                // 409 AlreadyExists: another elector created it first.
+                if error.status_code() != Some(409) {
+                    tracing::warn!(lease = %self.config.describe(), %error, "creating the Lease failed");
+                }
+                Acquire::Standby { holder: None }
+            }
+        }
+    }
+
+    /// One leader try: the optimistic UPDATE of our last write, else GET + UPDATE.
+    async fn try_renew(&mut self) -> Renew {
+        let identity = self.config.identity.clone();
+        let now = Timestamp::now();
+        if let Some(last) = self.last_seen.clone()
+            && holder_of(last.spec.as_ref()) == Some(identity.as_str())
+        {
+            let old = last.spec.clone().unwrap_or_default();
+            let spec = claimed_spec(&old, &identity, self.lease_seconds, now);
+            match self.update(&last, spec).await {
+                Ok(()) => return Renew::Renewed,
+                Err(error) => {
+                    tracing::debug!(lease = %self.config.describe(), %error, "optimistic renewal failed; reading the Lease");
+                }
+            }
+        }
+        let read = match self.get().await {
+            Ok(read) => read,
+            Err(error) if error.is_not_found() => return Renew::Superseded { holder: None },
+            Err(error) => return Renew::Failed(error),
+        };
+        self.observe(&read);
+        match holder_of(read.spec.as_ref()) {
+            Some(holder) if holder == identity => {
+                let old = read.spec.clone().unwrap_or_default();
+                let spec = claimed_spec(&old, &identity, self.lease_seconds, Timestamp::now());
+                match self.update(&read, spec).await {
+                    Ok(()) => Renew::Renewed,
+                    Err(error) => Renew::Failed(error),
+                }
+            }
+            other => Renew::Superseded {
+                holder: other.map(str::to_owned),
+            },
+        }
+    }
+
+    /// Shutdown: release if we (may) hold the Lease, publish `Stopped`.
+    async fn stop(
+        &mut self,
+        state: &watch::Sender<Leadership>,
+        leading: bool,
+    ) -> Result<(), LeaderError> {
+        let lease = self.config.describe();
+        let result = if leading || self.maybe_holding {
+            let deadline = Instant::now()
+                .checked_add(self.config.renew_deadline)
+                .unwrap_or_else(Instant::now);
+            match timeout_at(deadline, self.release()).await {
+                Ok(Ok(released)) => {
+                    if released {
+                        tracing::info!(%lease, "released the Lease");
+                    }
+                    Ok(())
+                }
+                Ok(Err(source)) => Err(LeaderError::Release { lease, source }),
+                Err(_elapsed) => Err(LeaderError::Release {
+                    lease,
+                    source: RequestError::TimedOut(self.config.renew_deadline),
+                }),
+            }
+        } else {
+            Ok(())
+        };
+        state.send_replace(Leadership::Stopped);
+        result
+    }
+
+    /// client-go `release`: UPDATE to no holder if the Lease names us. `Ok(false)`: it did not
+    /// name us (or is gone), nothing to do.
+    async fn release(&mut self) -> Result<bool, RequestError> {
+        let identity = self.config.identity.clone();
+        if let Some(last) = self.last_seen.clone()
+            && holder_of(last.spec.as_ref()) == Some(identity.as_str())
+        {
+            let spec = released_spec(&last.spec.clone().unwrap_or_default(), Timestamp::now());
+            match self.update(&last, spec).await {
+                Ok(()) => {
+                    self.maybe_holding = false;
+                    return Ok(true);
+                }
+                Err(error) => {
+                    tracing::debug!(lease = %self.config.describe(), %error, "releasing with our last write's version failed; reading the Lease");
+                }
+            }
+        }
+        let read = match self.get().await {
+            Ok(read) => read,
+            Err(error) if error.is_not_found() => return Ok(false),
+            Err(error) => return Err(error),
+        };
+        self.observe(&read);
+        if holder_of(read.spec.as_ref()) != Some(identity.as_str()) {
+            return Ok(false);
+        }
+        let spec = released_spec(&read.spec.clone().unwrap_or_default(), Timestamp::now());
+        self.update(&read, spec).await?;
+        self.maybe_holding = false;
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests;
