@@ -72,12 +72,14 @@
 //!
 //! 1. our successful write `W` was sent after `S` and committed after that;
 //! 2. a rival's takeover UPDATE carries the resourceVersion of the GET it decided on; if that GET
-//!    was answered before `W` committed, the UPDATE fails with 409 (or `W` would have). So a
-//!    successful takeover follows a GET that returned `W`'s record or a later one;
-//! 3. that record differs from everything the rival saw before `W`, so its observation instant is
-//!    at or after the GET's answer, after `S`; it takes the Lease only once `D` has elapsed since
-//!    (the record's `leaseDurationSeconds` is `D`), i.e. after `S + D` (equal clock rates assumed,
-//!    as client-go does).
+//!    read the Lease before `W` committed, that resourceVersion is older than `W`'s and the
+//!    UPDATE fails with 409 (had it committed first, `W` would have failed instead). So a
+//!    successful takeover follows a GET that returned `W`'s version of the Lease or a later one;
+//! 3. that version has a resourceVersion the rival never saw before, so the rival's observation
+//!    instant is at or after that GET's answer, after `S`; the rival takes the Lease only once `D`
+//!    has elapsed since (the Lease says `leaseDurationSeconds: D`), i.e. after `S + D` (equal
+//!    clock rates assumed, as client-go does). Comparing resourceVersions, not only the spec, keeps
+//!    this true even if two renewals wrote identical specs.
 //!
 //! So a controller that **starts** a write only while `now + request_timeout < write_fence`, and
 //! abandons every write after `request_timeout`, has finished (on its side) all its writes before
@@ -111,7 +113,9 @@
 //!     .may_start_write(tokio::time::Instant::now(), Duration::from_secs(10));
 //! // On SIGTERM: stop taking work, finish in-flight writes, then release and wait:
 //! let _ = release.send(());
-//! election.await.expect("joined")?;
+//! if let Ok(outcome) = election.await {
+//!     outcome?; // LeaderError::Release: the Lease expires instead
+//! }
 //! # let _ = may_write; Ok(()) }
 //! ```
 
