@@ -31,7 +31,7 @@ pub enum Error {
     Kube(#[from] kube::Error),
     /// The leader-election Lease could not be managed.
     #[error("leader election: {0}")]
-    LeaderElection(#[from] kube_lease_manager::LeaseManagerError),
+    LeaderElection(#[source] crate::controller::LeaderError),
     /// This instance was the leader and lost the Lease (upstream exits then; so do we).
     #[error("leader election: lost the Lease")]
     LeadershipLost,

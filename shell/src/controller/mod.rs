@@ -42,7 +42,6 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use kube::Client;
-use kube_lease_manager::LeaseManagerBuilder;
 use nodeipam_core::{Cidr, IpamConfig};
 use tokio::sync::watch;
 
@@ -50,6 +49,7 @@ pub use health::{
     Health, metrics_router, router as health_router, serve as serve_health, serve_router,
 };
 pub use informer::InitialList;
+pub use leader::{LeaderElector, LeaderError, Leadership, LeaseConfig};
 pub use limiter::WriteLimiter;
 pub use queue::WorkQueue;
 pub use worker::WriteGate;
@@ -151,7 +151,7 @@ impl ControllerConfig {
                 retry_period: flags.leader_elect_retry_period,
             });
         } else {
-            config.startup_write_fence = config.request_timeout + Duration::from_secs(1);
+            config.startup_write_fence = config.request_timeout;
         }
         config
     }
@@ -274,91 +274,120 @@ pub async fn run(
         health.set_leading(true);
         let gate = WriteGate {
             not_before: tokio::time::Instant::now() + config.startup_write_fence,
-            lease_valid_until: None,
-            write_duration: config.request_timeout + Duration::from_secs(1),
+            lease: None,
+            write_duration: config.request_timeout,
         };
         let summary = pipeline::run(config, client, stop_rx, gate).await;
         health.set_ready(false);
         return summary;
     };
-
-    let manager = LeaseManagerBuilder::new(client.clone(), &election.name)
-        .with_namespace(&election.namespace)
-        .with_identity(&election.identity)
-        .with_field_manager(CONTROLLER_NAME)
-        .with_duration(election.lease_duration.as_secs().max(1))
-        .with_grace(
-            election
-                .lease_duration
-                .saturating_sub(election.renew_deadline)
-                .as_secs()
-                .max(1),
-        )
-        .build()
-        .await?;
-    let (mut leading, lease_task) = manager.watch().await;
-    // Standing by cleanly counts as ready.
+    let mut config = config;
+    config.request_timeout = write_timeout(config.request_timeout, &election);
+    let elector = LeaderElector::new(
+        client.clone(),
+        LeaseConfig {
+            namespace: election.namespace.clone(),
+            name: election.name.clone(),
+            identity: election.identity.clone(),
+            lease_duration: election.lease_duration,
+            renew_deadline: election.renew_deadline,
+            retry_period: election.retry_period,
+        },
+    )
+    .map_err(Error::LeaderElection)?;
+    let (leadership_tx, mut leadership) = watch::channel(Leadership::default());
+    let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
+    let mut election_task = tokio::spawn(elector.run(leadership_tx, async move {
+        let _ = release_rx.await;
+    }));
+    // A standby whose elector runs could take over: it counts as ready.
     health.set_ready(true);
     let mut stop_wait = stop_rx.clone();
-    loop {
-        let is_leader = *leading.borrow_and_update();
-        if is_leader {
-            break;
+    tokio::select! {
+        biased;
+        () = stopped(&mut stop_wait) => {
+            let _ = release_tx.send(());
+            let _ = election_task.await;
+            health.set_ready(false);
+            return Ok(RunSummary::default());
         }
-        tokio::select! {
-            changed = leading.changed() => {
-                if changed.is_err() {
-                    health.set_ready(false);
-                    return match lease_task.await {
-                        Ok(Err(e)) => Err(Error::LeaderElection(e)),
-                        _ => Err(Error::LeadershipLost),
-                    };
-                }
-            }
-            () = stopped(&mut stop_wait) => {
-                drop(leading);
-                let _ = lease_task.await;
-                health.set_ready(false);
-                return Ok(RunSummary::default());
-            }
+        joined = &mut election_task => {
+            health.set_ready(false);
+            let error = match joined {
+                Ok(Err(e)) => Error::LeaderElection(e),
+                Ok(Ok(())) => Error::TaskFailed { task: "leader election", reason: "stopped".to_owned() },
+                Err(e) => Error::TaskFailed { task: "leader election", reason: e.to_string() },
+            };
+            health.set_failed(error.to_string());
+            return Err(error);
         }
+        _ = async { leadership.wait_for(Leadership::is_leading).await.is_ok() } => {}
     }
-    tracing::info!(lease = %election.name, identity = %election.identity, "acquired the Lease; allocating");
+    tracing::info!(lease = %election.name, identity = %election.identity, "leading; allocating");
     health.set_ready(false);
     health.set_leading(true);
-    // Stop the pipeline when leadership is lost, too.
-    let (lost_tx, lost_rx) = watch::channel(false);
-    let mut leading_watch = leading.clone();
-    let stop_on_loss = {
-        let stop_tx = stop_tx.clone();
-        tokio::spawn(async move {
-            // Lost (false), or the lease task ended (channel closed): stop either way.
-            let _ = leading_watch.wait_for(|leader| !*leader).await.map(|_| ());
-            let _ = lost_tx.send(true);
-            let _ = stop_tx.send(true);
-        })
-    };
     let gate = WriteGate {
         not_before: tokio::time::Instant::now(),
-        lease_valid_until: None,
-        write_duration: config.request_timeout + Duration::from_secs(1),
+        lease: Some(leadership.clone()),
+        write_duration: config.request_timeout,
+    };
+    // The pipeline stops when leadership is lost or the elector ends, too.
+    let stop_on_loss = {
+        let stop_tx = stop_tx.clone();
+        let mut leadership = leadership.clone();
+        tokio::spawn(async move {
+            let _ = leadership.wait_for(|l| !l.is_leading()).await.is_ok();
+            let _ = stop_tx.send(true);
+        })
     };
     let summary = pipeline::run(config, client, stop_rx, gate).await;
     stop_on_loss.abort();
     health.set_leading(false);
     health.set_ready(false);
-    let lost = lost_rx.borrow().to_owned();
-    // Closing the channel makes the lease task release the Lease and exit.
-    drop(leading);
-    match lease_task.await {
-        Ok(Err(e)) => tracing::warn!(error = %e, "releasing the Lease failed"),
-        Err(e) => tracing::warn!(error = %e, "lease task failed"),
-        Ok(Ok(_)) => tracing::info!("released the Lease"),
+    let lost = matches!(*leadership.borrow(), Leadership::Lost) || election_task.is_finished();
+    // Every write has finished: the Lease can go.
+    let _ = release_tx.send(());
+    let released = election_task.await;
+    match released {
+        Ok(Ok(())) if !lost => tracing::info!("released the Lease"),
+        Ok(Ok(())) => {}
+        Ok(Err(LeaderError::Release { source, .. })) => {
+            tracing::warn!(error = %source, "releasing the Lease failed; it expires instead");
+        }
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "lost the Lease; stopped allocating");
+            return Err(Error::LeaderElection(e));
+        }
+        Err(e) => {
+            return Err(Error::TaskFailed {
+                task: "leader election",
+                reason: e.to_string(),
+            });
+        }
     }
     if lost {
         return Err(Error::LeadershipLost);
     }
     summary
+}
+
+/// The request timeout the workers use while leading: at most `lease duration − retry period −
+/// max(retry period, 1 s)`, at least 1 s, so that after every renewal there is room to start writes
+/// that end before the Lease could pass to a standby (see `leader`'s write fence).
+pub fn write_timeout(request_timeout: Duration, election: &LeaderElection) -> Duration {
+    let margin = election.retry_period + election.retry_period.max(Duration::from_secs(1));
+    let room = election.lease_duration.saturating_sub(margin);
+    let effective = request_timeout.min(room).max(Duration::from_secs(1));
+    if effective < request_timeout {
+        tracing::info!(
+            ?request_timeout,
+            ?effective,
+            lease_duration = ?election.lease_duration,
+            retry_period = ?election.retry_period,
+            "request timeout shortened to fit the Lease"
+        );
+    }
+    effective
 }
 
 /// Resolves once `stop` is true (or its sender is gone).

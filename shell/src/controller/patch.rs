@@ -18,8 +18,8 @@ use serde_json::Value;
 use super::node::SlimNode;
 use crate::reconcile::{CannotApplyKind, PatchOutcome};
 
-/// Sends the PATCH `body` to Node `name` and waits at most `request_timeout` (plus one second for
-/// the server's own 504 to arrive first) for the answer. The second value is `Some(why)` when
+/// Sends the PATCH `body` to Node `name` and waits at most `request_timeout` for the answer (the
+/// server is told the same deadline). The second value is `Some(why)` when
 /// the client itself is broken for good ([`is_client_broken`]).
 pub async fn patch_pod_cidrs(
     client: &Client,
@@ -32,7 +32,7 @@ pub async fn patch_pod_cidrs(
         Ok(request) => request,
         Err(message) => return (PatchOutcome::NotSent { message }, None),
     };
-    let wait = request_timeout + Duration::from_secs(1);
+    let wait = request_timeout;
     match tokio::time::timeout(wait, client.request::<SlimNode>(request)).await {
         Ok(Ok(node)) => (PatchOutcome::Applied(node.view()), None),
         Ok(Err(error)) => {

@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use super::backoff::RetryBackoff;
 use super::informer::NodeCache;
+use super::leader::Leadership;
 use super::node::SlimNode;
 use super::patch::{self, is_client_broken};
 use super::{CONTROLLER_NAME, Health, WorkQueue, WriteLimiter};
@@ -32,45 +33,47 @@ use crate::{Error, metric_names, metrics as m};
 ///   process sent just before it died may still be applied by the API server until that write's
 ///   own deadline (`timeout=` = the request timeout) has passed; allocating from a pool that
 ///   believes that block free could give it to a second Node.
-/// - With leader election, only while our Lease is surely ours for longer than a whole request
-///   (`valid_until` − now > request timeout + 1 s): a standby can acquire the Lease only after it
-///   expired, and by then every write this leader started has hit its server-side deadline.
+/// - With leader election, only while the Lease is surely ours for longer than a whole write
+///   ([`Leadership::may_start_write`]): a standby can acquire the Lease only after that, and by
+///   then every write this leader started has been given up (client side, and server side through
+///   `timeout=`).
 #[derive(Debug, Clone)]
 pub struct WriteGate {
     /// No write starts before this instant.
     pub not_before: Instant,
-    /// With leader election: until when our Lease is surely ours (`None` while not leading).
-    pub lease_valid_until: Option<watch::Receiver<Option<Instant>>>,
-    /// The time one write may take, server side plus the answer (request timeout + 1 s).
+    /// With leader election: the elector's state.
+    pub lease: Option<watch::Receiver<Leadership>>,
+    /// The longest one write may take: the request timeout.
     pub write_duration: Duration,
 }
 
 impl WriteGate {
-    /// A gate that is always open (tests; a process that knows no earlier one ran).
-    pub fn open() -> WriteGate {
-        WriteGate {
-            not_before: Instant::now(),
-            lease_valid_until: None,
-            write_duration: Duration::from_secs(11),
-        }
-    }
-
     /// Waits until a write may start. `false`: it never may (leadership is gone).
     async fn wait(&self) -> bool {
         tokio::time::sleep_until(self.not_before).await;
-        let Some(valid_until) = &self.lease_valid_until else {
+        let Some(lease) = &self.lease else {
             return true;
         };
-        let mut valid_until = valid_until.clone();
+        let mut lease = lease.clone();
         loop {
-            let until = *valid_until.borrow_and_update();
-            if let Some(until) = until
-                && Instant::now() + self.write_duration < until
             {
-                return true;
+                let state = lease.borrow_and_update();
+                if state.may_start_write(Instant::now(), self.write_duration) {
+                    return true;
+                }
+                if matches!(*state, Leadership::Lost | Leadership::Stopped) {
+                    return false;
+                }
             }
-            if valid_until.changed().await.is_err() {
-                return false;
+            // The fence moves with every renewal; a renewal that comes too late means Lost.
+            let next_renewal = tokio::time::sleep(self.write_duration.min(Duration::from_secs(1)));
+            tokio::select! {
+                changed = lease.changed() => {
+                    if changed.is_err() {
+                        return false;
+                    }
+                }
+                () = next_renewal => {}
             }
         }
     }
