@@ -737,3 +737,185 @@ async fn requests_whose_client_gave_up_are_logged() {
     assert_eq!(gets, [Some(200)]);
     sb.shutdown().await;
 }
+
+/// `metadata.uid` in a write, as kube-apiserver answers it: a PATCH carrying another uid is an
+/// immutable-field change (422, patch.go `applyPatch` → `rest.BeforeUpdate` →
+/// `ValidateImmutableField`); a PUT carrying another uid fails its storage precondition (409,
+/// `Preconditions.Check` → `InterpretUpdateError`); a matching uid lets the write through; a
+/// PATCH of a missing Node is 404 whatever uid it names.
+#[tokio::test]
+async fn uid_pinned_writes_fail_as_kube_apiserver_answers() {
+    let (sb, nodes) = start("05-aws-4nodes-no-podcidr.json").await;
+    let name = sb.nodes()[1]["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_owned();
+    let ours = sb.node(&name).expect("node")["metadata"]["uid"]
+        .as_str()
+        .expect("uid")
+        .to_owned();
+    let theirs = "0e4b8a1e-1111-4222-8333-444455556666";
+    let rv = sb.resource_version();
+    let pinned = |uid: &str| json!({"metadata": {"uid": uid}, "spec": {"podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.1.0/24"]}});
+    // PATCH with another uid: 422, nothing written.
+    let err = nodes
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Strategic(&pinned(theirs)),
+        )
+        .await
+        .expect_err("uid mismatch");
+    let kube::Error::Api(status) = err else {
+        panic!("expected an API error, got {err:?}")
+    };
+    assert_eq!((status.code, status.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        status.message,
+        format!(
+            "Node \"{name}\" is invalid: metadata.uid: Invalid value: \"{theirs}\": field is immutable"
+        )
+    );
+    let details = status.details.expect("details");
+    assert_eq!(
+        (details.kind.as_str(), details.name.as_str()),
+        ("Node", name.as_str())
+    );
+    assert!(
+        details.causes.iter().any(|c| c.field == "metadata.uid"
+            && c.reason == "FieldValueInvalid"
+            && c.message == format!("Invalid value: \"{theirs}\": field is immutable")),
+        "{:?}",
+        details.causes
+    );
+    assert_eq!(sb.resource_version(), rv, "nothing was written");
+    assert!(sb.node(&name).expect("node")["spec"]["podCIDRs"].is_null());
+    // The same for a merge patch and a JSON patch replacing the uid.
+    let merge = nodes
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&pinned(theirs)),
+        )
+        .await;
+    assert_eq!(api_status(merge).0, 422);
+    let jp: json_patch::Patch = serde_json::from_value(
+        json!([{"op": "replace", "path": "/metadata/uid", "value": theirs}]),
+    )
+    .expect("json patch");
+    let json = nodes
+        .patch(&name, &PatchParams::default(), &Patch::Json::<()>(jp))
+        .await;
+    assert_eq!(api_status(json).0, 422);
+    // Missing Node: 404 whatever the uid.
+    let (code, reason, _) = api_status(
+        nodes
+            .patch(
+                "gone",
+                &PatchParams::default(),
+                &Patch::Strategic(&pinned(theirs)),
+            )
+            .await,
+    );
+    assert_eq!((code, reason.as_str()), (404, "NotFound"));
+    // PATCH with our uid: written.
+    let n = nodes
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Strategic(&pinned(&ours)),
+        )
+        .await
+        .expect("uid matches");
+    assert_eq!(n.metadata.uid.as_deref(), Some(ours.as_str()));
+    assert_eq!(
+        n.spec.and_then(|s| s.pod_cidrs),
+        Some(vec!["10.244.1.0/24".to_owned()])
+    );
+    // PUT with another uid: 409 Conflict from the storage precondition.
+    let mut put = nodes.get(&name).await.expect("get");
+    put.metadata.uid = Some(theirs.to_owned());
+    put.labels_mut().insert("put".into(), "1".into());
+    let err = nodes
+        .replace(&name, &PostParams::default(), &put)
+        .await
+        .expect_err("precondition");
+    let kube::Error::Api(status) = err else {
+        panic!("expected an API error, got {err:?}")
+    };
+    assert_eq!((status.code, status.reason.as_str()), (409, "Conflict"));
+    assert_eq!(
+        status.message,
+        format!(
+            "Operation cannot be fulfilled on nodes \"{name}\": StorageError: invalid object, Code: 4, Key: /registry/minions/{name}, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in precondition: {theirs}, UID in object meta: {ours}"
+        )
+    );
+    assert!(sb.node(&name).expect("node")["metadata"]["labels"]["put"].is_null());
+    // PUT with our uid: written.
+    put.metadata.uid = Some(ours.clone());
+    let replaced = nodes
+        .replace(&name, &PostParams::default(), &put)
+        .await
+        .expect("uid matches");
+    assert_eq!(replaced.labels().get("put").map(String::as_str), Some("1"));
+    sb.shutdown().await;
+}
+
+/// Re-sending the podCIDRs a Node already has (the controller's idempotent retry) succeeds with
+/// no write: 200, same resourceVersion, no watch event (etcd3 `GuaranteedUpdate` skips a write
+/// whose bytes are unchanged) — also from another field manager and with the uid pinned.
+#[tokio::test]
+async fn re_sending_the_same_pod_cidrs_is_a_no_op() {
+    let (sb, nodes) = start("05-aws-4nodes-no-podcidr.json").await;
+    let name = sb.nodes()[1]["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_owned();
+    let uid = sb.node(&name).expect("node")["metadata"]["uid"]
+        .as_str()
+        .expect("uid")
+        .to_owned();
+    let patch = json!({"metadata": {"uid": uid},
+        "spec": {"podCIDR": "10.244.7.0/24", "podCIDRs": ["10.244.7.0/24", "fd00:10:244:7::/64"]}});
+    let params = PatchParams::default();
+    let first = nodes
+        .patch(&name, &params, &Patch::Strategic(&patch))
+        .await
+        .expect("first");
+    let rv = first.resource_version().expect("rv");
+    let global = sb.resource_version();
+    let mut watch = nodes
+        .watch(&WatchParams::default().timeout(5), &rv)
+        .await
+        .expect("watch")
+        .boxed();
+    for params in [
+        PatchParams::default(),
+        PatchParams {
+            field_manager: Some("another".into()),
+            ..PatchParams::default()
+        },
+    ] {
+        let again = nodes
+            .patch(&name, &params, &Patch::Strategic(&patch))
+            .await
+            .expect("same podCIDRs again");
+        assert_eq!(again.resource_version().as_deref(), Some(rv.as_str()));
+        assert_eq!(again.spec, first.spec);
+    }
+    // Without the uid and without podCIDR too.
+    let bare = json!({"spec": {"podCIDRs": ["10.244.7.0/24", "fd00:10:244:7::/64"]}});
+    let again = nodes
+        .patch(&name, &PatchParams::default(), &Patch::Strategic(&bare))
+        .await
+        .expect("same podCIDRs again");
+    assert_eq!(again.resource_version().as_deref(), Some(rv.as_str()));
+    assert_eq!(sb.resource_version(), global, "no write");
+    // The watch from the write's resourceVersion sees nothing until it times out.
+    let next = tokio::time::timeout(WAIT, watch.try_next())
+        .await
+        .expect("watch ends in time")
+        .expect("ok");
+    assert!(next.is_none(), "no event: {next:?}");
+    sb.shutdown().await;
+}

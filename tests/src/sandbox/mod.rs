@@ -29,6 +29,7 @@ pub mod select;
 pub mod server;
 pub mod status;
 pub mod store;
+pub mod update;
 pub mod validate;
 pub mod watch;
 

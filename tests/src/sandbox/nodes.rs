@@ -108,20 +108,31 @@ pub fn validate(node: &Value) -> Vec<Cause> {
     causes
 }
 
-/// `ValidateNodeUpdate`: podCIDRs and providerID may go from empty to set, never change after.
+/// The Node-specific part of `ValidateNodeUpdate` (`pkg/apis/core/validation/validation.go`):
+/// podCIDRs and providerID may go from empty to set, never change after. A different number of
+/// podCIDRs is one `Forbidden` cause; otherwise each changed entry is one (upstream compares index
+/// by index). The metadata part of `ValidateNodeUpdate` is `validate::object_meta_update`, and
+/// `ValidateNode` ([`validate`]) runs before it (see `validate::on_update`).
 pub fn validate_update(new: &Value, old: &Value) -> Vec<Cause> {
-    let mut causes = validate(new);
+    let mut causes = Vec::new();
     let old_cidrs = pod_cidrs(old);
     if !old_cidrs.is_empty() {
         let new_cidrs = pod_cidrs(new);
-        let changed = old_cidrs.len() != new_cidrs.len()
-            || old_cidrs.iter().zip(&new_cidrs).any(|(a, b)| a != b);
-        if changed {
-            causes.push(Cause::new(
+        let forbidden = || {
+            Cause::new(
                 "FieldValueForbidden",
                 "spec.podCIDRs",
                 format!("Forbidden: {CHANGE_FORBIDDEN}"),
-            ));
+            )
+        };
+        if old_cidrs.len() != new_cidrs.len() {
+            causes.push(forbidden());
+        } else {
+            for (a, b) in old_cidrs.iter().zip(&new_cidrs) {
+                if a != b {
+                    causes.push(forbidden());
+                }
+            }
         }
     }
     let old_provider = old
@@ -182,6 +193,12 @@ mod tests {
         let two = node(json!({"podCIDRs": ["10.0.0.0/24", "fd00::/64"]}));
         let other = node(json!({"podCIDRs": ["10.0.1.0/24"]}));
         assert!(validate_update(&one, &empty).is_empty());
+        let swapped = node(json!({"podCIDRs": ["fd00::/64", "10.0.0.0/24"]}));
+        assert_eq!(
+            validate_update(&swapped, &two).len(),
+            2,
+            "one cause per changed entry"
+        );
         assert!(validate_update(&one, &one).is_empty());
         assert!(!validate_update(&two, &one).is_empty());
         assert!(!validate_update(&other, &one).is_empty());

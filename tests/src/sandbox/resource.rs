@@ -76,6 +76,26 @@ impl Resource {
         }
     }
 
+    /// The etcd key kube-apiserver stores an object under (as error messages show it):
+    /// `/registry/minions/NAME` for Nodes (the special prefix of
+    /// `pkg/kubeapiserver/default_storage_factory_builder.go`), `/registry/leases/NS/NAME`,
+    /// `/registry/events/NS/NAME` (both Event APIs share the `events` prefix).
+    pub fn etcd_key(self, ns: &str, name: &str) -> String {
+        match self {
+            Resource::Nodes => format!("/registry/minions/{name}"),
+            Resource::Leases => format!("/registry/leases/{ns}/{name}"),
+            Resource::Events | Resource::CoreEvents => format!("/registry/events/{ns}/{name}"),
+        }
+    }
+
+    /// `AllowUnconditionalUpdate` of the resource's strategy: whether an update without
+    /// `metadata.resourceVersion` is allowed (Nodes: `pkg/registry/core/node/strategy.go`, Events:
+    /// `pkg/registry/core/event/strategy.go` — yes; Leases:
+    /// `pkg/registry/coordination/lease/strategy.go` — no).
+    pub fn allow_unconditional_update(self) -> bool {
+        !matches!(self, Resource::Leases)
+    }
+
     /// Whether objects live in a namespace.
     pub fn namespaced(self) -> bool {
         !matches!(self, Resource::Nodes)

@@ -117,15 +117,36 @@ impl ApiError {
         .about(res, name)
     }
 
-    /// 409 `Conflict` for a precondition (uid) that does not hold.
-    pub fn precondition(res: Resource, name: &str, message: impl Into<String>) -> Self {
+    /// 409 `Conflict` for a storage precondition (uid, resourceVersion) that does not hold.
+    ///
+    /// kube-apiserver's text is the storage error's (`StorageError.Error`,
+    /// `apiserver/pkg/storage/errors.go`) wrapped by `NewConflict`: `Operation cannot be
+    /// fulfilled on nodes "n": StorageError: invalid object, Code: 4, Key: /registry/minions/n,
+    /// ResourceVersion: 0, AdditionalErrorMsg: <detail>`.
+    pub fn storage_precondition(key: &super::store::Key, detail: &str) -> Self {
+        let res = key.res;
         Self::new(
             409,
             "Conflict",
             format!(
-                "Operation cannot be fulfilled on {} \"{name}\": {}",
+                "Operation cannot be fulfilled on {} \"{}\": StorageError: invalid object, Code: 4, Key: {}, ResourceVersion: 0, AdditionalErrorMsg: {detail}",
                 res.qualified_plural(),
-                message.into()
+                key.name,
+                res.etcd_key(&key.ns, &key.name)
+            ),
+        )
+        .about(res, &key.name)
+    }
+
+    /// 409 `Conflict` with a free-form cause: `Operation cannot be fulfilled on nodes "x": …`
+    /// (`NewConflict`, `apimachinery/pkg/api/errors/errors.go`).
+    pub fn conflict(res: Resource, name: &str, message: impl std::fmt::Display) -> Self {
+        Self::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": {message}",
+                res.qualified_plural()
             ),
         )
         .about(res, name)
@@ -161,26 +182,41 @@ impl ApiError {
     }
 
     /// 422 `Invalid` with field causes: `Node "x" is invalid: spec.podCIDRs: Forbidden: …`.
+    ///
+    /// As `NewInvalid` (`apimachinery/pkg/api/errors/errors.go`): `details.causes` has every cause
+    /// (duplicates too), the message lists each distinct `field: message` once
+    /// (`ErrorList.ToAggregate`), bracketed when there are several.
     pub fn invalid(res: Resource, name: &str, causes: Vec<Cause>) -> Self {
-        let parts: Vec<String> = causes
-            .iter()
-            .map(|c| format!("{}: {}", c.field, c.message))
-            .collect();
-        let joined = if parts.len() == 1 {
-            parts.join("")
-        } else {
-            format!("[{}]", parts.join(", "))
+        Self::invalid_qualified(res.kind(), res.group(), res.kind(), name, causes)
+    }
+
+    /// 422 `Invalid` whose kind is given as text: `shown` is the `GroupKind` as the message prints
+    /// it (e.g. `leases.coordination.k8s.io` when kube-apiserver uses the resource as the kind,
+    /// `ListOptions.meta.k8s.io`), `group`/`kind` go to `details`.
+    pub fn invalid_qualified(
+        shown: &str,
+        group: &str,
+        kind: &str,
+        name: &str,
+        causes: Vec<Cause>,
+    ) -> Self {
+        let mut parts: Vec<String> = Vec::new();
+        for c in &causes {
+            let text = format!("{}: {}", c.field, c.message);
+            if !parts.contains(&text) {
+                parts.push(text);
+            }
+        }
+        let message = match parts.len() {
+            0 => format!("{shown} \"{name}\" is invalid"),
+            1 => format!("{shown} \"{name}\" is invalid: {}", parts.join("")),
+            _ => format!("{shown} \"{name}\" is invalid: [{}]", parts.join(", ")),
         };
-        let mut e = Self::new(
-            422,
-            "Invalid",
-            format!("{} \"{name}\" is invalid: {joined}", res.kind()),
-        )
-        .about(res, name);
+        let mut e = Self::new(422, "Invalid", message);
         e.target = Some(Box::new((
             name.to_owned(),
-            res.group().to_owned(),
-            res.kind().to_owned(),
+            group.to_owned(),
+            kind.to_owned(),
         )));
         e.causes = causes;
         e

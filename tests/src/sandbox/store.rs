@@ -12,6 +12,7 @@ use super::patch;
 use super::resource::Resource;
 use super::select::Selector;
 use super::status::{self, ApiError};
+use super::update::{self, Preconditions, meta_str};
 use super::validate;
 
 /// Key of a stored object: resource, namespace (`""` when cluster-scoped), name.
@@ -161,26 +162,10 @@ fn meta(obj: &mut Value) -> &mut Map<String, Value> {
     }
 }
 
-fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
-    obj.get("metadata")
-        .and_then(|m| m.get(field))
-        .and_then(Value::as_str)
-        .unwrap_or("")
-}
-
 fn finalizers_empty(obj: &Value) -> bool {
     obj.pointer("/metadata/finalizers")
         .and_then(Value::as_array)
         .is_none_or(Vec::is_empty)
-}
-
-fn without_volatile(obj: &Value) -> Value {
-    let mut v = obj.clone();
-    if let Some(Value::Object(m)) = v.get_mut("metadata") {
-        m.remove("resourceVersion");
-        m.remove("managedFields");
-    }
-    v
 }
 
 fn to_hex(s: &str) -> String {
@@ -639,10 +624,14 @@ impl Store {
             .ok_or_else(|| ApiError::not_found(key.res, &key.name))
     }
 
-    /// PUT: replace an object (optimistic concurrency on `metadata.resourceVersion` when set).
+    /// PUT: replace an object.
+    ///
+    /// Runs the update rules of [`super::update`] with the body's uid as a storage precondition
+    /// (a PUT whose `metadata.uid` differs from the stored one is **409 Conflict**, see
+    /// [`update::check_preconditions`]).
     ///
     /// # Errors
-    /// 404, 409 Conflict (stale resourceVersion / uid), 422 Invalid, 400.
+    /// 400 (kind, name), 404, 409 Conflict (stale resourceVersion / uid precondition), 422 Invalid.
     pub fn update(
         &mut self,
         key: &Key,
@@ -658,20 +647,28 @@ impl Store {
                 key.name
             )));
         }
-        self.existing(key)?;
+        let preconditions = Preconditions::of_put_body(&body);
         self.commit_update(
             key,
+            &preconditions,
             body,
             subresource,
             Ownership::Update(manager.to_owned()),
         )
     }
 
-    /// PATCH: apply a patch of the given type.
+    /// PATCH: apply a patch of the given type to the stored object, then the update rules.
+    ///
+    /// As kube-apiserver's `patcher.applyPatch` (`apiserver/pkg/endpoints/handlers/patch.go`), a
+    /// patch has no storage preconditions: a `metadata.uid` in the patch replaces the stored one
+    /// in the patched object and is refused as an immutable-field change (**422 Invalid**, see
+    /// [`update::validate_update`]). A non-apply patch of a missing object is **404 NotFound**
+    /// (`createNewObject` of the json/smp patchers); an apply patch of a missing object creates
+    /// it, unless it names a uid (**409 Conflict** `uid mismatch: the provided object specified
+    /// uid X, and no existing object was found`).
     ///
     /// # Errors
-    /// 404 (apply creates instead), 409 (stale resourceVersion, apply conflict), 422, 400.
-    #[allow(clippy::too_many_arguments)]
+    /// 404, 409 (stale resourceVersion, apply conflict, uid on create), 422, 400.
     pub fn patch(
         &mut self,
         key: &Key,
@@ -682,6 +679,7 @@ impl Store {
         force: bool,
     ) -> Result<Value, ApiError> {
         let res = key.res;
+        let none = Preconditions::default();
         if ty == PatchType::Apply {
             Self::check_kind(res, body)?;
             if body.get("apiVersion").and_then(Value::as_str).is_none()
@@ -700,6 +698,16 @@ impl Store {
             }
             let now = now_rfc3339();
             let Some(stored) = self.objects.get(key) else {
+                let uid = meta_str(body, "uid");
+                if !uid.is_empty() {
+                    return Err(ApiError::conflict(
+                        res,
+                        &key.name,
+                        format!(
+                            "uid mismatch: the provided object specified uid {uid}, and no existing object was found"
+                        ),
+                    ));
+                }
                 let mut entries = Vec::new();
                 let mut seed = json!({"metadata": {"name": key.name}});
                 let obj = fields::apply(&mut entries, manager, force, &seed, body, &now)
@@ -712,10 +720,9 @@ impl Store {
             let live = stored.value.clone();
             let new = fields::apply(&mut entries, manager, force, &live, body, &now)
                 .map_err(|c| ApiError::apply_conflict(res, &key.name, &c))?;
-            return self.commit_update(key, new, subresource, Ownership::Applied(entries));
+            return self.commit_update(key, &none, new, subresource, Ownership::Applied(entries));
         }
-        let current = self.existing(key)?.value.clone();
-        let mut doc = current.clone();
+        let mut doc = self.existing(key)?.value.clone();
         match ty {
             PatchType::Strategic => patch::strategic_merge(res, &mut doc, body)?,
             PatchType::Merge => {
@@ -727,7 +734,7 @@ impl Store {
             PatchType::Json => patch::json_patch(res, &key.name, &mut doc, body)?,
             PatchType::Apply => {}
         }
-        // Name changes through a patch are rejected like kube-apiserver does.
+        // `checkName` in patch.go: the patched object must keep the URL's name.
         if meta_str(&doc, "name") != key.name {
             return Err(ApiError::bad_request(format!(
                 "the name of the object ({}) does not match the name on the URL ({})",
@@ -735,14 +742,22 @@ impl Store {
                 key.name
             )));
         }
-        self.commit_update(key, doc, subresource, Ownership::Update(manager.to_owned()))
+        self.commit_update(
+            key,
+            &none,
+            doc,
+            subresource,
+            Ownership::Update(manager.to_owned()),
+        )
     }
 
-    /// The common update pipeline: preconditions, system fields, subresource, validation,
-    /// no-op detection, finalizer-driven removal, commit.
+    /// The update pipeline shared by PUT, PATCH and apply: the rules of [`super::update`] in
+    /// kube-apiserver's order (`Store.Update` in `apiserver/pkg/registry/generic/registry/
+    /// store.go`), then the field ownership, the no-op check and the write.
     fn commit_update(
         &mut self,
         key: &Key,
+        preconditions: &Preconditions,
         candidate: Value,
         subresource: Option<&str>,
         ownership: Ownership,
@@ -755,132 +770,29 @@ impl Store {
                 "the body of the request must be a JSON object",
             ));
         }
-        let old_rv = meta_str(&old.value, "resourceVersion").to_owned();
-        let want_rv = meta_str(&new, "resourceVersion").to_owned();
-        if !want_rv.is_empty() && want_rv != old_rv {
-            return Err(ApiError::stale(res, &key.name));
-        }
-        let old_uid = meta_str(&old.value, "uid").to_owned();
-        let want_uid = meta_str(&new, "uid").to_owned();
-        if !want_uid.is_empty() && want_uid != old_uid {
-            return Err(ApiError::precondition(
-                res,
-                &key.name,
-                format!(
-                    "Precondition failed: UID in precondition: {want_uid}, UID in object meta: {old_uid}"
-                ),
-            ));
-        }
-        if res.namespaced() {
-            let ns = meta_str(&new, "namespace");
-            if !ns.is_empty() && ns != key.ns {
-                return Err(ApiError::bad_request(
-                    "the namespace of the provided object does not match the namespace sent on the request",
-                ));
-            }
-        }
-        new["apiVersion"] = json!(res.api_version());
-        new["kind"] = json!(res.kind());
-        {
-            let old_meta = old
-                .value
-                .get("metadata")
-                .cloned()
-                .unwrap_or_else(|| json!({}));
-            let m = meta(&mut new);
-            m.insert("name".into(), json!(key.name));
-            for f in [
-                "uid",
-                "creationTimestamp",
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "generation",
-                "namespace",
-            ] {
-                match old_meta.get(f) {
-                    Some(v) => m.insert(f.into(), v.clone()),
-                    None => m.remove(f),
-                };
-            }
-            m.remove("managedFields");
-            m.remove("resourceVersion");
-            m.remove("selfLink");
-        }
-        if res == Resource::Nodes {
-            match subresource {
-                Some("status") => {
-                    let status = new.get("status").cloned();
-                    new = old.value.clone();
-                    match status {
-                        Some(s) => new["status"] = s,
-                        None => {
-                            if let Value::Object(o) = &mut new {
-                                o.remove("status");
-                            }
-                        }
-                    }
-                    let m = meta(&mut new);
-                    m.remove("managedFields");
-                    m.remove("resourceVersion");
-                }
-                _ => match old.value.get("status") {
-                    Some(s) => new["status"] = s.clone(),
-                    None => {
-                        if let Value::Object(o) = &mut new {
-                            o.remove("status");
-                        }
-                    }
-                },
-            }
-            nodes::normalize(&mut new);
-        }
-        if old.value.pointer("/metadata/deletionTimestamp").is_some() {
-            let old_f: Vec<Value> = old
-                .value
-                .pointer("/metadata/finalizers")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            let new_f: Vec<Value> = new
-                .pointer("/metadata/finalizers")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            if new_f.iter().any(|f| !old_f.contains(f)) {
-                return Err(ApiError::invalid(
-                    res,
-                    &key.name,
-                    vec![status::Cause::new(
-                        "FieldValueForbidden",
-                        "metadata.finalizers",
-                        "Forbidden: no new finalizers can be added if the object is being deleted",
-                    )],
-                ));
-            }
-        }
-        let causes = validate::on_update(res, &new, &old.value);
+        update::check_preconditions(key, &old.value, preconditions)?;
+        update::check_resource_version(key, &new, &old.value)?;
+        update::prepare_metadata(key, &mut new, &old.value)?;
+        update::prepare_for_update(res, subresource, &mut new, &old.value);
+        let causes = update::validate_update(res, &new, &old.value);
         if !causes.is_empty() {
             return Err(ApiError::invalid(res, &key.name, causes));
         }
-        let now = now_rfc3339();
-        let managed = match ownership {
-            Ownership::Update(manager) => {
-                let mut e = old.managed.clone();
-                fields::record_update(&mut e, &manager, &old.value, &new, &now);
-                e
-            }
-            Ownership::Applied(e) => e,
-        };
-        let same_fields = |a: &[ManagedEntry], b: &[ManagedEntry]| {
-            a.len() == b.len()
-                && a.iter().zip(b).all(|(x, y)| {
-                    x.manager == y.manager && x.apply == y.apply && x.fields == y.fields
-                })
-        };
-        if without_volatile(&new) == without_volatile(&old.value)
-            && same_fields(&managed, &old.managed)
-        {
+        let managed = self.managed_after(&old, &new, ownership);
+        if update::is_no_op(&new, &old.value, &managed, &old.managed) {
             return Ok(old.value);
+        }
+        if update::should_delete_during_update(&new) {
+            self.rv += 1;
+            meta(&mut new).insert("resourceVersion".into(), json!(self.rv.to_string()));
+            self.objects.remove(key);
+            self.record(
+                key.clone(),
+                ChangeType::Deleted,
+                new.clone(),
+                Some(old.value),
+            );
+            return Ok(new);
         }
         self.rv += 1;
         {
@@ -893,16 +805,6 @@ impl Store {
                     fields::render(&managed, res.api_version()),
                 );
             }
-        }
-        if new.pointer("/metadata/deletionTimestamp").is_some() && finalizers_empty(&new) {
-            self.objects.remove(key);
-            self.record(
-                key.clone(),
-                ChangeType::Deleted,
-                new.clone(),
-                Some(old.value),
-            );
-            return Ok(new);
         }
         self.objects.insert(
             key.clone(),
@@ -920,6 +822,19 @@ impl Store {
         Ok(new)
     }
 
+    /// Field ownership after a write (`metadata.managedFields`): a non-apply write takes the
+    /// fields it changed ([`fields::record_update`]); an apply has computed its entries already.
+    fn managed_after(&self, old: &Stored, new: &Value, ownership: Ownership) -> Vec<ManagedEntry> {
+        match ownership {
+            Ownership::Update(manager) => {
+                let mut e = old.managed.clone();
+                fields::record_update(&mut e, &manager, &old.value, new, &now_rfc3339());
+                e
+            }
+            Ownership::Applied(e) => e,
+        }
+    }
+
     /// DELETE: remove an object, or mark it (`deletionTimestamp`) while finalizers remain.
     ///
     /// Returns `(object or Status, removed_now)`.
@@ -929,34 +844,7 @@ impl Store {
     pub fn delete(&mut self, key: &Key, options: &Value) -> Result<(Value, bool), ApiError> {
         let res = key.res;
         let old = self.existing(key)?.clone();
-        if let Some(uid) = options
-            .pointer("/preconditions/uid")
-            .and_then(Value::as_str)
-            && uid != meta_str(&old.value, "uid")
-        {
-            return Err(ApiError::precondition(
-                res,
-                &key.name,
-                format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    meta_str(&old.value, "uid")
-                ),
-            ));
-        }
-        if let Some(rv) = options
-            .pointer("/preconditions/resourceVersion")
-            .and_then(Value::as_str)
-            && rv != meta_str(&old.value, "resourceVersion")
-        {
-            return Err(ApiError::precondition(
-                res,
-                &key.name,
-                format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                    meta_str(&old.value, "resourceVersion")
-                ),
-            ));
-        }
+        update::check_preconditions(key, &old.value, &Preconditions::of_delete_options(options))?;
         let mut new = old.value.clone();
         if !finalizers_empty(&old.value) {
             if old.value.pointer("/metadata/deletionTimestamp").is_some() {

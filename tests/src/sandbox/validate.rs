@@ -137,14 +137,100 @@ pub fn on_create(res: Resource, obj: &Value) -> Vec<Cause> {
     }
 }
 
-/// Per-resource validation on update.
-pub fn on_update(res: Resource, new: &Value, old: &Value) -> Vec<Cause> {
-    match res {
-        Resource::Nodes => super::nodes::validate_update(new, old),
-        Resource::Leases => lease(new),
-        Resource::Events => event(new),
-        Resource::CoreEvents => core_event(new),
+/// `ValidateObjectMetaAccessorUpdate` (`apimachinery/pkg/api/validation/objectmeta.go`): the
+/// metadata rules of every update, in upstream's order — no new finalizers while the object is
+/// being deleted (`ValidateNoNewFinalizers`), then `ValidateImmutableField` for `uid`,
+/// `creationTimestamp`, `deletionTimestamp`, `deletionGracePeriodSeconds` (`name`, `namespace` and
+/// `generation` are already forced equal by the handlers and `update::prepare_metadata`).
+pub fn object_meta_update(new: &Value, old: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    if old.pointer("/metadata/deletionTimestamp").is_some() {
+        let list = |v: &Value| -> Vec<String> {
+            v.pointer("/metadata/finalizers")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let old_f = list(old);
+        let mut extra: Vec<String> = list(new)
+            .into_iter()
+            .filter(|f| !old_f.contains(f))
+            .collect();
+        extra.sort();
+        extra.dedup();
+        if !extra.is_empty() {
+            // Go's `%#v` of a `[]string`.
+            let go_list: Vec<String> = extra.iter().map(|f| format!("{f:?}")).collect();
+            causes.push(Cause::new(
+                "FieldValueForbidden",
+                "metadata.finalizers",
+                format!(
+                    "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+                    go_list.join(", ")
+                ),
+            ));
+        }
     }
+    for field in [
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+    ] {
+        let now = new.get("metadata").and_then(|m| m.get(field));
+        let before = old.get("metadata").and_then(|m| m.get(field));
+        let absent = |v: Option<&Value>| v.is_none_or(|v| v.is_null() || v.as_str() == Some(""));
+        if absent(now) && absent(before) || now == before {
+            continue;
+        }
+        // `field.Invalid(path, newValue, "field is immutable")`: the value as Go prints it
+        // (JSON for strings/named types, `null` for a nil pointer).
+        let shown = match now {
+            None => "null".to_owned(),
+            Some(v) => v.to_string(),
+        };
+        causes.push(Cause::new(
+            "FieldValueInvalid",
+            format!("metadata.{field}"),
+            format!("Invalid value: {shown}: field is immutable"),
+        ));
+    }
+    causes
+}
+
+/// The strategy's `ValidateUpdate` of each resource, causes in upstream's order:
+/// - Nodes (`nodeStrategy.ValidateUpdate`, `pkg/registry/core/node/strategy.go`): `ValidateNode`
+///   then `ValidateNodeUpdate` = [`object_meta_update`] + the podCIDR/providerID change rules
+///   (`pkg/apis/core/validation/validation.go`);
+/// - Leases (`ValidateLeaseUpdate`, `pkg/apis/coordination/validation/validation.go`):
+///   [`object_meta_update`] + the spec rules;
+/// - `events.k8s.io/v1` Events (`ValidateEventUpdate`, `pkg/apis/core/validation/events.go`): the
+///   event rules + [`object_meta_update`] (strict validation of the v1 API);
+/// - core `v1` Events: the legacy event rules only.
+pub fn on_update(res: Resource, new: &Value, old: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    match res {
+        Resource::Nodes => {
+            causes.extend(super::nodes::validate(new));
+            causes.extend(object_meta_update(new, old));
+            causes.extend(super::nodes::validate_update(new, old));
+        }
+        Resource::Leases => {
+            causes.extend(object_meta_update(new, old));
+            causes.extend(lease(new));
+        }
+        Resource::Events => {
+            causes.extend(event(new));
+            causes.extend(object_meta_update(new, old));
+        }
+        Resource::CoreEvents => causes.extend(core_event(new)),
+    }
+    causes
 }
 
 #[cfg(test)]
