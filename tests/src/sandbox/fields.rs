@@ -74,7 +74,57 @@ pub fn path_text(p: &FieldPath) -> String {
     p.iter().map(|s| format!(".{s}")).collect()
 }
 
+/// The tracked leaf at `path` in `obj`, if there is one (as [`leaves`] would list it).
+fn leaf_at<'a>(obj: &'a Value, path: &[String]) -> Option<&'a Value> {
+    if !tracked(path) {
+        return None;
+    }
+    let mut cur = obj;
+    for seg in path {
+        cur = cur.as_object()?.get(seg)?;
+    }
+    let finalizers = path.len() == 2 && path[0] == "metadata" && path[1] == "finalizers";
+    match cur {
+        Value::Null => None,
+        Value::Object(_) if !finalizers => None,
+        leaf => Some(leaf),
+    }
+}
+
+/// Tracked leaves of `new` whose value differs from `old`'s (`old` = the same place in the old
+/// object), walking only the subtrees that differ.
+fn changed_leaves(
+    old: Option<&Value>,
+    new: &Value,
+    path: &mut FieldPath,
+    out: &mut BTreeSet<FieldPath>,
+) {
+    if old == Some(new) {
+        return;
+    }
+    match new {
+        Value::Object(m)
+            if !(path.len() == 2 && path[0] == "metadata" && path[1] == "finalizers") =>
+        {
+            let old_map = old.and_then(Value::as_object);
+            for (k, child) in m {
+                path.push(k.clone());
+                changed_leaves(old_map.and_then(|o| o.get(k)), child, path, out);
+                path.pop();
+            }
+        }
+        Value::Null => {}
+        _ => {
+            if tracked(path) {
+                out.insert(path.clone());
+            }
+        }
+    }
+}
+
 /// Record a non-apply write by `manager` that turned `old` into `new`.
+///
+/// Cost: the subtrees that differ plus one lookup per owned path (not a walk of both objects).
 pub fn record_update(
     entries: &mut Vec<ManagedEntry>,
     manager: &str,
@@ -82,16 +132,11 @@ pub fn record_update(
     new: &Value,
     now: &str,
 ) {
-    let before = leaves(old);
-    let after = leaves(new);
-    let changed: BTreeSet<FieldPath> = after
-        .iter()
-        .filter(|(p, v)| before.get(*p) != Some(*v))
-        .map(|(p, _)| p.clone())
-        .collect();
+    let mut changed: BTreeSet<FieldPath> = BTreeSet::new();
+    changed_leaves(Some(old), new, &mut Vec::new(), &mut changed);
     for e in entries.iter_mut() {
         e.fields
-            .retain(|p| after.contains_key(p) && !changed.contains(p));
+            .retain(|p| leaf_at(new, p).is_some() && !changed.contains(p));
     }
     if !changed.is_empty() {
         match entries
@@ -267,6 +312,31 @@ mod tests {
         let forced = apply(&mut entries, "b", true, &after_a, &b, "now").expect("forced");
         assert_eq!(forced["spec"]["holderIdentity"], "b");
         assert!(entries.iter().all(|e| e.manager == "b"));
+    }
+
+    /// The diff walk of `record_update` finds exactly the leaves whose value changed (the
+    /// definition over [`leaves`]).
+    #[test]
+    fn changed_leaves_match_the_leaf_definition() {
+        let old = json!({"metadata": {"labels": {"a": "1", "b": "2"}, "finalizers": ["x"]},
+            "spec": {"podCIDRs": ["10.0.0.0/24"], "taints": [{"key": "k"}], "x": {"y": 1}}});
+        let new = json!({"metadata": {"labels": {"a": "1", "c": "3"}, "finalizers": ["x", "y"]},
+            "spec": {"podCIDRs": ["10.0.0.0/24"], "taints": [], "x": 5, "z": null}});
+        let mut got = BTreeSet::new();
+        changed_leaves(Some(&old), &new, &mut Vec::new(), &mut got);
+        let before = leaves(&old);
+        let want: BTreeSet<FieldPath> = leaves(&new)
+            .into_iter()
+            .filter(|(p, v)| before.get(p) != Some(v))
+            .map(|(p, _)| p)
+            .collect();
+        assert_eq!(got, want);
+        assert_eq!(got.len(), 4, "{got:?}");
+        for (p, v) in leaves(&new) {
+            assert_eq!(leaf_at(&new, &p), Some(&v), "{p:?}");
+        }
+        assert_eq!(leaf_at(&new, &["spec".into(), "z".into()]), None);
+        assert_eq!(leaf_at(&old, &["spec".into(), "x".into()]), None);
     }
 
     #[test]

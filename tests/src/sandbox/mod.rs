@@ -22,7 +22,10 @@
 
 pub mod faults;
 pub mod fields;
+pub mod list;
+pub mod log;
 pub mod nodes;
+pub mod object;
 pub mod patch;
 pub mod resource;
 pub mod select;
@@ -32,6 +35,7 @@ pub mod store;
 pub mod update;
 pub mod validate;
 pub mod watch;
+pub mod write;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -42,13 +46,16 @@ use serde_json::Value;
 use tokio::sync::watch as tokio_watch;
 
 pub use faults::{FaultAction, FaultRule};
+pub use log::RequestRecord;
 pub use resource::{Resource, Verb};
-pub use server::RequestRecord;
 pub use status::{ApiError, Cause};
-pub use store::{Key, PatchType};
+pub use store::{Key, NodeStats};
+pub use write::PatchType;
 
-use server::Shared;
-use store::{Ownership, Store};
+use log::RequestLog;
+use server::{Shared, Stats};
+use store::Store;
+use write::Ownership;
 
 /// Field manager used for writes made through [`SandboxHandle`] mutations.
 pub const TEST_ACTOR: &str = "sandbox-test-actor";
@@ -64,6 +71,11 @@ pub struct SandboxOptions {
     pub bookmark_interval: Duration,
     /// Serve the `/sandbox/...` admin endpoints.
     pub admin_endpoints: bool,
+    /// Requests kept in the request log (a ring: the oldest are dropped first).
+    pub request_log_limit: usize,
+    /// Largest request body (bytes) the request log keeps; larger bodies are logged as
+    /// `body: None` with their `body_size`.
+    pub request_body_limit: usize,
 }
 
 impl Default for SandboxOptions {
@@ -73,6 +85,8 @@ impl Default for SandboxOptions {
             history_limit: 1000,
             bookmark_interval: Duration::from_secs(5),
             admin_endpoints: false,
+            request_log_limit: log::DEFAULT_REQUEST_LOG_CAPACITY,
+            request_body_limit: log::DEFAULT_REQUEST_BODY_LIMIT,
         }
     }
 }
@@ -159,9 +173,13 @@ impl Sandbox {
             shutdown_tx: tokio_watch::Sender::new(false),
             faults: Mutex::new(Vec::new()),
             delay: Mutex::new(Duration::ZERO),
-            log: Mutex::new(server::RequestLog::default()),
+            log: Mutex::new(RequestLog::new(
+                options.request_log_limit,
+                options.request_body_limit,
+            )),
             bookmark_interval: options.bookmark_interval,
             admin: options.admin_endpoints,
+            stats: Stats::default(),
         });
         let app = axum::Router::new()
             .fallback(server::handle)
@@ -276,7 +294,12 @@ impl SandboxHandle {
     pub fn node(&self, name: &str) -> Option<Value> {
         self.store()
             .get(&Key::new(Resource::Nodes, "", name))
-            .cloned()
+            .map(|o| o.to_value())
+    }
+
+    /// Node counters (number of Nodes, Nodes with podCIDRs), without reading the Nodes.
+    pub fn node_stats(&self) -> NodeStats {
+        self.store().node_stats()
     }
 
     /// All `events.k8s.io/v1` Events (every namespace).
@@ -298,7 +321,7 @@ impl SandboxHandle {
     pub fn lease(&self, namespace: &str, name: &str) -> Option<Value> {
         self.store()
             .get(&Key::new(Resource::Leases, namespace, name))
-            .cloned()
+            .map(|o| o.to_value())
     }
 
     /// Make a namespace exist (default, kube-system, kube-public, kube-node-lease always do).
@@ -324,6 +347,7 @@ impl SandboxHandle {
                 node,
                 Ownership::Update(TEST_ACTOR.to_owned()),
             )
+            .map(|o| o.to_value())
         })
     }
 
@@ -334,7 +358,10 @@ impl SandboxHandle {
     pub fn delete_node(&self, name: &str) -> Result<Value, ApiError> {
         self.write(|s| {
             s.delete(&Key::new(Resource::Nodes, "", name), &Value::Null)
-                .map(|(v, _)| v)
+                .map(|d| match d {
+                    write::Deleted::Marked(o) => o.to_value(),
+                    write::Deleted::Removed(status) => status,
+                })
         })
     }
 
@@ -352,6 +379,7 @@ impl SandboxHandle {
                 TEST_ACTOR,
                 false,
             )
+            .map(|o| o.to_value())
         })
     }
 
@@ -374,6 +402,7 @@ impl SandboxHandle {
                 TEST_ACTOR,
                 false,
             )
+            .map(|o| o.to_value())
         })
     }
 
@@ -394,6 +423,7 @@ impl SandboxHandle {
                 None,
                 TEST_ACTOR,
             )
+            .map(|o| o.to_value())
         })
     }
 

@@ -139,6 +139,24 @@ impl Selector {
         self.labels.is_empty() && self.fields.is_empty()
     }
 
+    /// Whether a stored object matches: without label requirements only its key is needed (no
+    /// parse); otherwise its JSON is parsed.
+    pub fn matches_object(&self, obj: &super::object::StoredObject) -> bool {
+        if self.is_empty() {
+            return true;
+        }
+        if self.labels.is_empty() {
+            let key = obj.key();
+            let get_field = |k: &str| match k {
+                "metadata.name" => Some(key.name.clone()),
+                "metadata.namespace" => Some(key.ns.clone()),
+                _ => Some(String::new()),
+            };
+            return self.fields.iter().all(|r| matches(r, &get_field));
+        }
+        self.matches(&obj.to_value())
+    }
+
     /// Whether `obj` matches.
     pub fn matches(&self, obj: &Value) -> bool {
         let labels = obj.pointer("/metadata/labels").and_then(Value::as_object);

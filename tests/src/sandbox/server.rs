@@ -1,6 +1,7 @@
 //! HTTP front end: routing, request log, fault injection, and the admin endpoints.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -8,61 +9,23 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::watch as tokio_watch;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::faults::{self, FaultAction, FaultRule};
+use super::list::ListParams;
+use super::log::{RequestLog, RequestRecord};
+use super::object::StoredObject;
 use super::resource::{Resource, Target, Verb, parse_path};
 use super::select::Selector;
 use super::status::ApiError;
-use super::store::{Key, ListParams, Ownership, PatchType, Store};
+use super::store::{Key, Store};
 use super::watch::{self, WatchParams};
+use super::write::{Deleted, Ownership, PatchType};
 
 /// Largest request body accepted (kube-apiserver's limit is 3 MiB for most writes).
 const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
-
-/// One logged request.
-///
-/// A resource request is logged as soon as it has been received (its body read, its resource and
-/// verb known; before any delay or fault), with `status: None`; the status is filled in when the
-/// answer is produced. A request whose client gives up first — e.g. during a [`FaultAction::Hang`] or
-/// [`FaultAction::CommitThenHang`] — stays in the log with `status: None` (the server cancels the
-/// handler when the connection drops), so the log shows every request, answered or not, in the
-/// order they arrived. Non-resource paths (`/version`, admin endpoints …) and requests rejected
-/// before routing are answered at once and logged with their status.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RequestRecord {
-    /// Kubernetes verb (`None` for non-resource paths such as `/version`).
-    #[serde(skip)]
-    pub verb: Option<Verb>,
-    /// Verb as text (`""` for non-resource paths).
-    pub verb_name: &'static str,
-    /// HTTP method.
-    pub method: String,
-    /// Request path.
-    pub path: String,
-    /// Raw query string.
-    pub query: String,
-    /// Resource, if the path named one.
-    #[serde(skip)]
-    pub resource: Option<Resource>,
-    /// Namespace from the path.
-    pub namespace: Option<String>,
-    /// Object name from the path.
-    pub name: Option<String>,
-    /// `Content-Type` header.
-    pub content_type: Option<String>,
-    /// `fieldManager` query parameter or the user-agent-derived manager.
-    pub field_manager: String,
-    /// Parsed JSON body of writes.
-    pub body: Option<Value>,
-    /// HTTP status of the answer (200 for a watch that started); `None` while the request is
-    /// still being handled and for a request that was never answered (its client gave up or
-    /// disconnected first, e.g. during a hang fault; a committed write may have happened).
-    pub status: Option<u16>,
-}
 
 /// State shared by the server tasks and the handle.
 #[derive(Debug)]
@@ -85,6 +48,36 @@ pub struct Shared {
     pub bookmark_interval: Duration,
     /// Whether `/sandbox/...` admin endpoints are served.
     pub admin: bool,
+    /// Request counters for the summary.
+    pub stats: Stats,
+}
+
+/// Counters of Node requests (for `GET /sandbox/summary`), counted when a request is received.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Node PATCH requests (main resource and `status`).
+    pub patches: AtomicU64,
+    /// Node LIST requests (every page).
+    pub lists: AtomicU64,
+    /// Node WATCH requests.
+    pub watches: AtomicU64,
+    /// `410 Gone` answers to Node LIST/WATCH requests and in-stream `ERROR 410` events.
+    pub gone410: AtomicU64,
+}
+
+impl Stats {
+    fn count(&self, verb: Verb, resource: Resource) {
+        if resource != Resource::Nodes {
+            return;
+        }
+        let counter = match verb {
+            Verb::Patch => &self.patches,
+            Verb::List => &self.lists,
+            Verb::Watch => &self.watches,
+            _ => return,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 impl Shared {
@@ -105,45 +98,19 @@ impl Shared {
     }
 }
 
-/// The request log: records in arrival order, each with a sequence number so that an answer can
-/// be attached to its record after the request was logged.
-#[derive(Debug, Default)]
-pub struct RequestLog {
-    next_seq: u64,
-    entries: Vec<(u64, RequestRecord)>,
-}
-
-impl RequestLog {
-    /// Log a request (normally with `status: None`); returns its sequence number for
-    /// [`RequestLog::answered`].
-    pub fn received(&mut self, rec: RequestRecord) -> u64 {
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.entries.push((seq, rec));
-        seq
-    }
-
-    /// Record the status of the answer to request `seq` (a no-op if the log was cleared since).
-    pub fn answered(&mut self, seq: u64, status: u16) {
-        if let Some((_, rec)) = self.entries.iter_mut().rev().find(|(s, _)| *s == seq) {
-            rec.status = Some(status);
-        }
-    }
-
-    /// The records so far, in arrival order.
-    pub fn records(&self) -> Vec<RequestRecord> {
-        self.entries.iter().map(|(_, r)| r.clone()).collect()
-    }
-
-    /// Forget every record (requests in flight are not re-added when they are answered).
-    pub fn clear(&mut self) {
-        self.entries.clear();
-    }
-}
-
 fn json_response(code: u16, body: &Value) -> Response {
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut resp = (status, serde_json::to_string(body).unwrap_or_default()).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+fn raw_response(code: u16, body: Vec<u8>) -> Response {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut resp = (status, body).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -232,9 +199,10 @@ pub async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response
         content_type: content_type.clone(),
         field_manager: field_manager.clone(),
         body: match &bytes {
-            Ok(b) if !b.is_empty() => serde_json::from_slice(b).ok(),
-            _ => None,
+            Ok(b) => shared.log().keep_body(b),
+            Err(_) => None,
         },
+        body_size: bytes.as_ref().map_or(0, |b| b.len()),
         status: None,
     };
     // Requests answered at once (no await before the answer) are logged with their status.
@@ -265,6 +233,7 @@ pub async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response
     };
     rec.verb = Some(verb);
     rec.verb_name = verb.as_str();
+    shared.stats.count(verb, target.resource);
 
     // Log the request now: if the client gives up while it is delayed or held by a fault, the
     // connection drops and this future is cancelled, and the record stays without a status.
@@ -322,15 +291,13 @@ async fn respond(
 
     let result = dispatch(shared, verb, target, q, content_type, field_manager, bytes);
     shared.notify();
+    if let Err(e) = &result
+        && e.code == 410
+        && target.resource == Resource::Nodes
+    {
+        shared.stats.gone410.fetch_add(1, Ordering::Relaxed);
+    }
     match result {
-        Ok(Reply::Json(code, v)) => match &fault {
-            Some(FaultAction::CommitThenStatus(c)) => error_response(&ApiError::with_code(*c)),
-            Some(FaultAction::CommitThenHang(d)) => {
-                hold(shared, *d).await;
-                error_response(&ApiError::timeout("injected fault: the request timed out"))
-            }
-            _ => json_response(code, &v),
-        },
         Ok(Reply::Stream(rx)) => {
             let mut resp = Response::new(Body::from_stream(ReceiverStream::new(rx)));
             resp.headers_mut().insert(
@@ -339,13 +306,39 @@ async fn respond(
             );
             resp
         }
+        Ok(reply) => match &fault {
+            Some(FaultAction::CommitThenStatus(c)) => error_response(&ApiError::with_code(*c)),
+            Some(FaultAction::CommitThenHang(d)) => {
+                hold(shared, *d).await;
+                error_response(&ApiError::timeout("injected fault: the request timed out"))
+            }
+            _ => reply.into_response(),
+        },
         Err(e) => error_response(&e),
     }
 }
 
+/// The answer of a resource request.
 enum Reply {
+    /// A stored object (GET, writes): its stored JSON.
+    Object(u16, Arc<StoredObject>),
+    /// A built document (Status …).
     Json(u16, Value),
+    /// Serialized JSON (a list page).
+    Raw(u16, Vec<u8>),
+    /// A watch stream.
     Stream(tokio::sync::mpsc::Receiver<Result<bytes::Bytes, std::io::Error>>),
+}
+
+impl Reply {
+    fn into_response(self) -> Response {
+        match self {
+            Reply::Object(code, obj) => raw_response(code, obj.to_json()),
+            Reply::Json(code, v) => json_response(code, &v),
+            Reply::Raw(code, bytes) => raw_response(code, bytes),
+            Reply::Stream(rx) => Response::new(Body::from_stream(ReceiverStream::new(rx))),
+        }
+    }
 }
 
 fn parse_body(bytes: &[u8]) -> Result<Value, ApiError> {
@@ -386,7 +379,7 @@ fn dispatch(
             store
                 .get(&key())
                 .cloned()
-                .map(|v| Reply::Json(200, v))
+                .map(|o| Reply::Object(200, o))
                 .ok_or_else(|| ApiError::not_found(res, &key().name))
         }
         Verb::List => {
@@ -404,10 +397,10 @@ fn dispatch(
                 continue_token: q.get("continue").cloned(),
                 selector: selector()?,
             };
-            let store = shared.store();
-            store
-                .list(res, target.namespace.as_deref(), &params)
-                .map(|v| Reply::Json(200, v))
+            let page = shared
+                .store()
+                .list(res, target.namespace.as_deref(), &params)?;
+            Ok(Reply::Raw(200, page.to_json()))
         }
         Verb::Watch => {
             let timeout = match q.get("timeoutSeconds") {
@@ -432,14 +425,14 @@ fn dispatch(
             shared
                 .store()
                 .create(res, &ns, body, Ownership::Update(manager.to_owned()))
-                .map(|v| Reply::Json(201, v))
+                .map(|o| Reply::Object(201, o))
         }
         Verb::Update => {
             let body = parse_body(bytes)?;
             shared
                 .store()
                 .update(&key(), body, target.subresource.as_deref(), manager)
-                .map(|v| Reply::Json(200, v))
+                .map(|o| Reply::Object(200, o))
         }
         Verb::Patch => {
             let ct = content_type.unwrap_or("");
@@ -466,7 +459,7 @@ fn dispatch(
                     manager,
                     force,
                 )
-                .map(|v| Reply::Json(if existed { 200 } else { 201 }, v))
+                .map(|o| Reply::Object(if existed { 200 } else { 201 }, o))
         }
         Verb::Delete => {
             let options = if bytes.is_empty() {
@@ -474,10 +467,10 @@ fn dispatch(
             } else {
                 parse_body(bytes)?
             };
-            shared
-                .store()
-                .delete(&key(), &options)
-                .map(|(v, _)| Reply::Json(200, v))
+            shared.store().delete(&key(), &options).map(|d| match d {
+                Deleted::Marked(o) => Reply::Object(200, o),
+                Deleted::Removed(status) => Reply::Json(200, status),
+            })
         }
         Verb::DeleteCollection => Err(ApiError::method_not_allowed(
             "deletecollection is not supported by the sandbox API server",

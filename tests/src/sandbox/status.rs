@@ -41,6 +41,8 @@ pub struct ApiError {
     pub causes: Vec<Cause>,
     /// `Retry-After` header and `details.retryAfterSeconds`, in seconds.
     pub retry_after_secs: Option<u64>,
+    /// `metadata.continue` of the Status (a 410 for an expired continue token carries one).
+    pub continue_token: Option<String>,
 }
 
 impl ApiError {
@@ -52,7 +54,33 @@ impl ApiError {
             target: None,
             causes: Vec::new(),
             retry_after_secs: None,
+            continue_token: None,
         }
+    }
+
+    /// The same error with `metadata.continue` set.
+    pub fn with_continue(mut self, token: String) -> Self {
+        self.continue_token = Some(token);
+        self
+    }
+
+    /// 504 `Timeout` for a resourceVersion newer than the store's, as
+    /// `storage.NewTooLargeResourceVersionError` (`apiserver/pkg/storage/errors.go`) builds it:
+    /// message `Timeout: Too large resource version: R, current: C`, `retryAfterSeconds: 1`
+    /// (`Retry-After: 1`), one cause `ResourceVersionTooLarge`.
+    pub fn too_large_resource_version(requested: u64, current: u64) -> Self {
+        let mut e = Self::new(
+            504,
+            "Timeout",
+            format!("Timeout: Too large resource version: {requested}, current: {current}"),
+        );
+        e.retry_after_secs = Some(1);
+        e.causes = vec![Cause::new(
+            "ResourceVersionTooLarge",
+            "",
+            "Too large resource version",
+        )];
+        e
     }
 
     fn about(mut self, res: Resource, name: &str) -> Self {
@@ -289,10 +317,14 @@ impl ApiError {
 
     /// The `Status` object (`kind: Status`, `apiVersion: v1`).
     pub fn to_status(&self) -> Value {
+        let metadata = match &self.continue_token {
+            Some(c) => json!({"continue": c}),
+            None => json!({}),
+        };
         let mut status = json!({
             "kind": "Status",
             "apiVersion": "v1",
-            "metadata": {},
+            "metadata": metadata,
             "status": "Failure",
             "message": self.message,
             "reason": self.reason,
@@ -311,7 +343,14 @@ impl ApiError {
             let causes: Vec<Value> = self
                 .causes
                 .iter()
-                .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+                .map(|c| {
+                    let mut cause = json!({"reason": c.reason, "message": c.message});
+                    // `StatusCause.Field` is `omitempty`.
+                    if !c.field.is_empty() {
+                        cause["field"] = json!(c.field);
+                    }
+                    cause
+                })
                 .collect();
             details.insert("causes".into(), Value::Array(causes));
         }

@@ -184,7 +184,11 @@ pub fn prepare_metadata(key: &Key, new: &mut Value, old: &Value) -> Result<(), A
         o.insert("apiVersion".into(), json!(res.api_version()));
         o.insert("kind".into(), json!(res.kind()));
     }
-    let old_meta = old.get("metadata").cloned().unwrap_or_else(|| json!({}));
+    let no_meta = serde_json::Map::new();
+    let old_meta = old
+        .get("metadata")
+        .and_then(Value::as_object)
+        .unwrap_or(&no_meta);
     let Some(m) = meta_mut(new) else {
         return Err(ApiError::bad_request(
             "the body of the request must be a JSON object",
@@ -241,6 +245,8 @@ pub fn prepare_for_update(res: Resource, subresource: Option<&str>, new: &mut Va
         return;
     }
     let keep_status = |target: &mut Value, from: &Value| match from.get("status") {
+        // Most writes leave the status alone: no copy then.
+        Some(s) if target.get("status") == Some(s) => {}
         Some(s) => {
             if let Some(o) = target.as_object_mut() {
                 o.insert("status".into(), s.clone());

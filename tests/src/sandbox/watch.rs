@@ -1,17 +1,27 @@
 //! WATCH: a chunked stream of JSON lines `{"type": …, "object": …}` read from the change history.
+//!
+//! Fan-out is cheap: each change's line is built once ([`super::store::Change::line`]) from the
+//! stored JSON of its object and shared by every watcher; a watcher copies lines into chunks of up
+//! to [`CHUNK_BYTES`] (initial events too), so a burst of changes is a few writes, not one per
+//! event.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use super::object::StoredObject;
 use super::resource::Resource;
 use super::select::Selector;
 use super::server::Shared;
 use super::status::ApiError;
 use super::store::{Change, ChangeType};
+
+/// Bytes a watcher gathers before it sends a chunk.
+pub const CHUNK_BYTES: usize = 64 * 1024;
 
 /// Parameters of one watch.
 #[derive(Debug, Clone)]
@@ -32,6 +42,17 @@ pub struct WatchParams {
     pub selector: Selector,
 }
 
+/// `{"type":"<ty>","object":<full object JSON>}\n` from the stored JSON (no serialization).
+pub fn event_line(ty: &str, obj: &StoredObject) -> Bytes {
+    let mut buf = Vec::with_capacity(obj.json_len() + 80);
+    buf.extend_from_slice(b"{\"type\":\"");
+    buf.extend_from_slice(ty.as_bytes());
+    buf.extend_from_slice(b"\",\"object\":");
+    obj.write_json(&mut buf);
+    buf.extend_from_slice(b"}\n");
+    Bytes::from(buf)
+}
+
 fn line(ty: &str, object: &Value) -> Bytes {
     let mut buf = serde_json::to_vec(&json!({"type": ty, "object": object})).unwrap_or_default();
     buf.push(b'\n');
@@ -48,18 +69,47 @@ fn bookmark(res: Resource, rv: u64, initial_end: bool) -> Value {
 
 /// What a change looks like to a watcher with a selector (objects entering or leaving the
 /// selection become ADDED/DELETED, as the watch cache does).
-fn filtered(change: &Change, sel: &Selector) -> Option<&'static str> {
-    let now = sel.matches(&change.object);
-    let before = change.prev.as_ref().is_some_and(|p| sel.matches(p));
+fn filtered(change: &Change, sel: &Selector) -> Option<ChangeType> {
+    if sel.is_empty() {
+        return Some(change.kind);
+    }
+    let now = sel.matches_object(&change.object);
+    let before = change.prev.as_ref().is_some_and(|p| sel.matches_object(p));
     match change.kind {
-        ChangeType::Added => now.then_some("ADDED"),
+        ChangeType::Added => now.then_some(ChangeType::Added),
         ChangeType::Modified => match (before, now) {
-            (true, true) => Some("MODIFIED"),
-            (false, true) => Some("ADDED"),
-            (true, false) => Some("DELETED"),
+            (true, true) => Some(ChangeType::Modified),
+            (false, true) => Some(ChangeType::Added),
+            (true, false) => Some(ChangeType::Deleted),
             (false, false) => None,
         },
-        ChangeType::Deleted => (before || now).then_some("DELETED"),
+        ChangeType::Deleted => (before || now).then_some(ChangeType::Deleted),
+    }
+}
+
+/// Lines gathered into chunks of about [`CHUNK_BYTES`].
+struct Chunks {
+    tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
+    buf: Vec<u8>,
+}
+
+impl Chunks {
+    /// Add a line; `false` when the client has gone.
+    async fn push(&mut self, line: &[u8]) -> bool {
+        self.buf.extend_from_slice(line);
+        if self.buf.len() >= CHUNK_BYTES {
+            return self.flush().await;
+        }
+        true
+    }
+
+    /// Send what is gathered; `false` when the client has gone.
+    async fn flush(&mut self) -> bool {
+        if self.buf.is_empty() {
+            return true;
+        }
+        let chunk = Bytes::from(std::mem::take(&mut self.buf));
+        self.tx.send(Ok(chunk)).await.is_ok()
     }
 }
 
@@ -79,7 +129,7 @@ pub fn start(
                 .map_err(|_| ApiError::bad_request(format!("invalid resource version: {s}")))?,
         ),
     };
-    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(64);
+    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     let mut rv_rx = shared.rv_tx.subscribe();
     let mut drop_rx = shared.drop_tx.subscribe();
     let mut shutdown_rx = shared.shutdown_tx.subscribe();
@@ -89,65 +139,69 @@ pub fn start(
         let deadline = p.timeout.map(|t| tokio::time::Instant::now() + t);
         rv_rx.borrow_and_update();
         drop_rx.borrow_and_update();
+        let mut out = Chunks {
+            tx,
+            buf: Vec::new(),
+        };
         let initial = from.is_none() || p.send_initial_events;
-        let (mut last, first): (u64, Vec<Value>) = {
-            let store = shared
-                .store
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (mut last, first): (u64, Vec<Arc<StoredObject>>) = {
+            let store = shared.store();
             match from {
                 Some(rv) if !p.send_initial_events => (rv, Vec::new()),
-                _ => {
-                    let objs: Vec<Value> = store
-                        .objects(p.resource, ns)
-                        .into_iter()
-                        .filter(|o| p.selector.matches(o))
-                        .collect();
-                    (store.resource_version(), objs)
-                }
+                _ => (
+                    store.resource_version(),
+                    store.stored(p.resource, ns).cloned().collect(),
+                ),
             }
         };
         if initial {
-            for o in &first {
-                if tx.send(Ok(line("ADDED", o))).await.is_err() {
+            for o in first.iter().filter(|o| p.selector.matches_object(o)) {
+                if !out.push(&event_line("ADDED", o)).await {
                     return;
                 }
             }
+            drop(first);
             if p.send_initial_events
                 && p.bookmarks
-                && tx
-                    .send(Ok(line("BOOKMARK", &bookmark(p.resource, last, true))))
+                && !out
+                    .push(&line("BOOKMARK", &bookmark(p.resource, last, true)))
                     .await
-                    .is_err()
             {
                 return;
             }
         }
         loop {
             let batch = {
-                let store = shared
-                    .store
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let store = shared.store();
                 store
                     .changes_since(p.resource, ns, last)
                     .map(|c| (c, store.resource_version()))
             };
             match batch {
                 Err(e) => {
-                    let _ = tx.send(Ok(line("ERROR", &e.to_status()))).await;
+                    if p.resource == Resource::Nodes && e.code == 410 {
+                        shared.stats.gone410.fetch_add(1, Ordering::Relaxed);
+                    }
+                    let _ = out.push(&line("ERROR", &e.to_status())).await;
+                    let _ = out.flush().await;
                     return;
                 }
                 Ok((changes, current)) => {
                     for c in &changes {
-                        if let Some(ty) = filtered(c, &p.selector)
-                            && tx.send(Ok(line(ty, &c.object))).await.is_err()
-                        {
+                        let sent = match filtered(c, &p.selector) {
+                            Some(ty) if ty == c.kind => out.push(&c.line()).await,
+                            Some(ty) => out.push(&event_line(ty.as_str(), &c.object)).await,
+                            None => true,
+                        };
+                        if !sent {
                             return;
                         }
                     }
                     last = last.max(current);
                 }
+            }
+            if !out.flush().await {
+                return;
             }
             let sleep_deadline = async {
                 match deadline {
@@ -162,11 +216,11 @@ pub fn start(
                 r = rv_rx.changed() => if r.is_err() { return },
                 _ = sleep_deadline => return,
                 _ = tokio::time::sleep(interval), if p.bookmarks => {
-                    if tx.send(Ok(line("BOOKMARK", &bookmark(p.resource, last, false)))).await.is_err() {
+                    if !out.push(&line("BOOKMARK", &bookmark(p.resource, last, false))).await {
                         return;
                     }
                 }
-                _ = tx.closed() => return,
+                _ = out.tx.closed() => return,
             }
         }
     });
