@@ -919,3 +919,103 @@ async fn re_sending_the_same_pod_cidrs_is_a_no_op() {
     assert!(next.is_none(), "no event: {next:?}");
     sb.shutdown().await;
 }
+
+/// The commit observer sees every committed write in commit order, synchronously: an invariant
+/// monitor built on it ("no two Nodes' podCIDRs overlap") checks every state the server passes
+/// through and catches an overlap at the very write that makes it, while concurrent clients write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_observer_sees_every_state_in_order() {
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
+
+    use nodeipam_tests::sandbox::{ChangeType, Commit, CommitObserver};
+
+    #[derive(Default)]
+    struct Monitor {
+        cidrs: BTreeMap<String, Vec<ipnet::IpNet>>,
+        rvs: Vec<u64>,
+        overlaps: Vec<(u64, String, String)>,
+    }
+    let (sb, nodes) = start("08-openshift-gcp-6nodes-no-podcidr-obfuscated-ips.json").await;
+    let names: Vec<String> = sb
+        .nodes()
+        .iter()
+        .map(|n| n["metadata"]["name"].as_str().expect("name").to_owned())
+        .collect();
+    let monitor: Arc<Mutex<Monitor>> = Arc::default();
+    let sink = Arc::clone(&monitor);
+    let observer: CommitObserver = Arc::new(move |c: &Commit<'_>| {
+        let Ok(mut m) = sink.lock() else { return };
+        m.rvs.push(c.resource_version);
+        let name = c.key.name.clone();
+        let mine: Vec<ipnet::IpNet> = c.after["spec"]["podCIDRs"]
+            .as_array()
+            .map(|l| l.iter().filter_map(|s| s.as_str()?.parse().ok()).collect())
+            .unwrap_or_default();
+        if c.change == ChangeType::Deleted {
+            m.cidrs.remove(&name);
+            return;
+        }
+        let clash: Vec<String> = m
+            .cidrs
+            .iter()
+            .filter(|(other, theirs)| {
+                **other != name
+                    && theirs
+                        .iter()
+                        .any(|t| mine.iter().any(|c| c.contains(t) || t.contains(c)))
+            })
+            .map(|(other, _)| other.clone())
+            .collect();
+        for other in clash {
+            m.overlaps.push((c.resource_version, name.clone(), other));
+        }
+        m.cidrs.insert(name, mine);
+    });
+    let id = sb.on_commit(observer);
+    let start_rv = sb.resource_version();
+    // Six clients at once, each serving one Node with its own block.
+    let writers: Vec<_> = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let nodes = nodes.clone();
+            let name = name.clone();
+            tokio::spawn(async move {
+                let cidr = format!("10.128.{i}.0/24");
+                let patch = json!({"spec": {"podCIDR": cidr, "podCIDRs": [cidr]}});
+                nodes
+                    .patch(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+                    .await
+                    .map(|n| n.resource_version())
+            })
+        })
+        .collect();
+    for w in writers {
+        w.await.expect("task").expect("patch");
+    }
+    // Delete one (its block is free again), then a new Node takes the block of another: overlap.
+    sb.delete_node(&names[0]).expect("delete");
+    let dup = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "dup"},
+        "spec": {"podCIDR": "10.128.1.0/25"}});
+    let created = sb.create_node(dup).expect("create");
+    let dup_rv: u64 = created["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|r| r.parse().ok())
+        .expect("rv");
+    assert!(sb.remove_commit_observer(id));
+    sb.patch_node(
+        &names[2],
+        PatchType::Merge,
+        &json!({"metadata": {"labels": {"after": "removal"}}}),
+    )
+    .expect("label");
+    {
+        let m = monitor.lock().expect("monitor");
+        let want: Vec<u64> = (start_rv + 1..=start_rv + 8).collect();
+        assert_eq!(m.rvs, want, "every commit, in order, none after removal");
+        assert_eq!(m.overlaps, [(dup_rv, "dup".to_owned(), names[1].clone())]);
+        assert!(!m.cidrs.contains_key(&names[0]));
+    }
+    sb.shutdown().await;
+}

@@ -392,7 +392,12 @@ mod tests {
         // A write after the first page is not in later pages.
         s.rv = 7;
         let prev = s.get(&Key::new(Resource::Leases, "b", "3")).cloned();
-        s.commit(ChangeType::Deleted, lease("b", "3", 7), prev);
+        s.commit(
+            ChangeType::Deleted,
+            lease("b", "3", 7),
+            prev,
+            (None, &json!({})),
+        );
         let second = s
             .list(
                 Resource::Leases,

@@ -49,7 +49,7 @@ pub use faults::{FaultAction, FaultRule};
 pub use log::RequestRecord;
 pub use resource::{Resource, Verb};
 pub use status::{ApiError, Cause};
-pub use store::{Key, NodeStats};
+pub use store::{ChangeType, Commit, CommitObserver, Key, NodeStats};
 pub use write::PatchType;
 
 use log::RequestLog;
@@ -425,6 +425,23 @@ impl SandboxHandle {
             )
             .map(|o| o.to_value())
         })
+    }
+
+    /// Watch every committed write: `f` is called for each create, update, patch, apply and
+    /// delete (of any resource, whoever made it: API clients or this handle), in commit order,
+    /// synchronously under the store lock — before the writer is answered and before any watcher
+    /// sees the change — so it sees every state the server passes through (e.g. to check at each
+    /// step that no two Nodes' podCIDRs overlap). The initial Nodes are not reported (read them
+    /// with [`Self::nodes`] before registering). `f` must be quick and must not call into the
+    /// sandbox (the store is locked: that would deadlock). Returns an id for
+    /// [`Self::remove_commit_observer`].
+    pub fn on_commit(&self, f: CommitObserver) -> u64 {
+        self.store().on_commit(f)
+    }
+
+    /// Stop calling the commit observer `id`; `false` if there is none.
+    pub fn remove_commit_observer(&self, id: u64) -> bool {
+        self.store().remove_commit_observer(id)
     }
 
     /// Add a fault rule (rules are tried in insertion order).

@@ -93,6 +93,37 @@ impl Change {
     }
 }
 
+/// One committed write, as a commit observer sees it ([`Store::on_commit`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Commit<'a> {
+    /// The resource written.
+    pub resource: Resource,
+    /// The object's key.
+    pub key: &'a Key,
+    /// What the write was, as a watch reports it.
+    pub change: ChangeType,
+    /// The resourceVersion of the write (the store's resourceVersion right after it).
+    pub resource_version: u64,
+    /// The object before the write (`None` for a create).
+    pub before: Option<&'a Value>,
+    /// The object after the write, as stored (for a deletion: its last state, carrying the
+    /// deletion's resourceVersion).
+    pub after: &'a Value,
+}
+
+/// A commit observer: called for every committed write, in commit order, under the store lock.
+pub type CommitObserver = Arc<dyn Fn(&Commit<'_>) + Send + Sync>;
+
+/// The registered observers (a newtype for `Debug`).
+#[derive(Default)]
+pub(super) struct Observers(Vec<(u64, CommitObserver)>, u64);
+
+impl std::fmt::Debug for Observers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Observers({})", self.0.len())
+    }
+}
+
 /// Node counters the summary reads without walking the Nodes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NodeStats {
@@ -116,6 +147,7 @@ pub struct Store {
     /// Snapshots of recent paginated lists, newest last (see [`super::list`]).
     pub(super) snapshots: VecDeque<Arc<ListSnapshot>>,
     pub(super) node_stats: NodeStats,
+    pub(super) observers: Observers,
 }
 
 /// Current time as RFC 3339 with seconds (`metav1.Time`).
@@ -142,6 +174,7 @@ impl Store {
             uid_seq: 0,
             snapshots: VecDeque::new(),
             node_stats: NodeStats::default(),
+            observers: Observers::default(),
         }
     }
 
@@ -205,15 +238,50 @@ impl Store {
         }
     }
 
+    /// Register a commit observer: from now on `f` is called for every committed write (create,
+    /// update, patch, apply, delete — not the initial load), in commit order, synchronously under
+    /// the store lock, before the writer gets its answer and before any watcher sees the change.
+    /// So `f` sees every state the store passes through. It must be quick and must not use the
+    /// sandbox (its handle or its API: the store is locked). Returns an id for
+    /// [`Store::remove_commit_observer`].
+    pub fn on_commit(&mut self, f: CommitObserver) -> u64 {
+        self.observers.1 += 1;
+        let id = self.observers.1;
+        self.observers.0.push((id, f));
+        id
+    }
+
+    /// Unregister a commit observer; `false` if there is none with this id.
+    pub fn remove_commit_observer(&mut self, id: u64) -> bool {
+        let before = self.observers.0.len();
+        self.observers.0.retain(|(i, _)| *i != id);
+        self.observers.0.len() != before
+    }
+
     /// Commit one change at the current resourceVersion (the caller has bumped `self.rv` and
-    /// built `object` at it): store or remove the object, append the change to the history
-    /// (dropping the oldest beyond the limit, which moves `compacted_rv`), update the counters.
+    /// built `object` at it from `values.1`, the object before being `values.0`): tell the
+    /// observers, store or remove the object, append the change to the history (dropping the
+    /// oldest beyond the limit, which moves `compacted_rv`), update the counters.
     pub(super) fn commit(
         &mut self,
         kind: ChangeType,
         object: Arc<StoredObject>,
         prev: Option<Arc<StoredObject>>,
+        values: (Option<&Value>, &Value),
     ) {
+        if !self.observers.0.is_empty() {
+            let commit = Commit {
+                resource: object.resource(),
+                key: object.key(),
+                change: kind,
+                resource_version: object.rv(),
+                before: values.0,
+                after: values.1,
+            };
+            for (_, f) in &self.observers.0 {
+                f(&commit);
+            }
+        }
         if let Some(p) = &prev {
             self.count(p, -1);
         }
@@ -318,13 +386,15 @@ mod tests {
         );
         let before = Arc::clone(s.get(&Key::new(Resource::Nodes, "", "a")).expect("a"));
         s.rv = 3;
+        let v = json!({});
         s.commit(
             ChangeType::Modified,
             node("a", 3, &["10.0.0.0/24"]),
             Some(before),
+            (None, &v),
         );
         s.rv = 4;
-        s.commit(ChangeType::Added, node("b", 4, &[]), None);
+        s.commit(ChangeType::Added, node("b", 4, &[]), None, (None, &v));
         assert_eq!(
             s.node_stats(),
             NodeStats {
@@ -334,7 +404,7 @@ mod tests {
         );
         let b = Arc::clone(s.get(&Key::new(Resource::Nodes, "", "b")).expect("b"));
         s.rv = 5;
-        s.commit(ChangeType::Deleted, node("b", 5, &[]), Some(b));
+        s.commit(ChangeType::Deleted, node("b", 5, &[]), Some(b), (None, &v));
         assert_eq!(
             s.node_stats(),
             NodeStats {

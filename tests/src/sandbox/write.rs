@@ -80,10 +80,10 @@ fn finalizers_empty(obj: &Value) -> bool {
         .is_none_or(Vec::is_empty)
 }
 
-/// Set `metadata.resourceVersion` (and `managedFields` when there are entries) and store the
-/// version.
-fn versioned(key: &Key, rv: u64, mut obj: Value, managed: Vec<ManagedEntry>) -> Arc<StoredObject> {
-    let m = meta(&mut obj);
+/// Set `metadata.resourceVersion` (and `managedFields` when there are entries) in `obj` and store
+/// it as a version.
+fn versioned(key: &Key, rv: u64, obj: &mut Value, managed: Vec<ManagedEntry>) -> Arc<StoredObject> {
+    let m = meta(obj);
     m.insert("resourceVersion".into(), json!(rv.to_string()));
     if managed.is_empty() {
         m.remove("managedFields");
@@ -93,7 +93,7 @@ fn versioned(key: &Key, rv: u64, mut obj: Value, managed: Vec<ManagedEntry>) -> 
             fields::render(&managed, key.res.api_version()),
         );
     }
-    StoredObject::new(key.clone(), rv, &obj, managed)
+    StoredObject::new(key.clone(), rv, obj, managed)
 }
 
 impl Store {
@@ -151,7 +151,7 @@ impl Store {
         if !ns.is_empty() {
             self.namespaces.insert(ns);
         }
-        let stored = versioned(&key, self.rv, obj, Vec::new());
+        let stored = versioned(&key, self.rv, &mut obj, Vec::new());
         self.insert_loaded(stored);
         Ok(())
     }
@@ -287,8 +287,8 @@ impl Store {
             Ownership::Applied(e) => e,
         };
         self.rv += 1;
-        let stored = versioned(&key, self.rv, obj, managed);
-        self.commit(ChangeType::Added, Arc::clone(&stored), None);
+        let stored = versioned(&key, self.rv, &mut obj, managed);
+        self.commit(ChangeType::Added, Arc::clone(&stored), None, (None, &obj));
         Ok(stored)
     }
 
@@ -485,8 +485,13 @@ impl Store {
         } else {
             ChangeType::Modified
         };
-        let stored = versioned(key, self.rv, new, managed);
-        self.commit(kind, Arc::clone(&stored), Some(Arc::clone(old)));
+        let stored = versioned(key, self.rv, &mut new, managed);
+        self.commit(
+            kind,
+            Arc::clone(&stored),
+            Some(Arc::clone(old)),
+            (Some(&old_value), &new),
+        );
         Ok(stored)
     }
 
@@ -509,16 +514,115 @@ impl Store {
             let m = meta(&mut new);
             m.insert("deletionTimestamp".into(), json!(now_rfc3339()));
             m.insert("deletionGracePeriodSeconds".into(), json!(0));
-            let stored = versioned(key, self.rv, new, old.managed().to_vec());
-            self.commit(ChangeType::Modified, Arc::clone(&stored), Some(old));
+            let stored = versioned(key, self.rv, &mut new, old.managed().to_vec());
+            self.commit(
+                ChangeType::Modified,
+                Arc::clone(&stored),
+                Some(old),
+                (Some(&old_value), &new),
+            );
             return Ok(Deleted::Marked(stored));
         }
         self.rv += 1;
         let uid = old.uid().to_owned();
-        let stored = versioned(key, self.rv, new, old.managed().to_vec());
-        self.commit(ChangeType::Deleted, stored, Some(old));
+        let stored = versioned(key, self.rv, &mut new, old.managed().to_vec());
+        self.commit(
+            ChangeType::Deleted,
+            stored,
+            Some(old),
+            (Some(&old_value), &new),
+        );
         Ok(Deleted::Removed(status::success_status(
             res, &key.name, &uid,
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::sandbox::store::{Commit, CommitObserver};
+
+    type Seen = Vec<(ChangeType, u64, Option<Value>, Value)>;
+
+    fn observe(store: &mut Store) -> Arc<Mutex<Seen>> {
+        let seen: Arc<Mutex<Seen>> = Arc::default();
+        let sink = Arc::clone(&seen);
+        let f: CommitObserver = Arc::new(move |c: &Commit<'_>| {
+            assert_eq!(
+                c.key.name,
+                c.after["metadata"]["name"].as_str().unwrap_or("")
+            );
+            if let Ok(mut s) = sink.lock() {
+                s.push((
+                    c.change,
+                    c.resource_version,
+                    c.before.map(|b| b["spec"].clone()),
+                    c.after["spec"].clone(),
+                ));
+            }
+        });
+        store.on_commit(f);
+        seen
+    }
+
+    #[test]
+    fn observers_see_every_commit_in_order_with_before_and_after() {
+        let mut store = Store::new(100);
+        let seen = observe(&mut store);
+        let key = Key::new(Resource::Nodes, "", "n1");
+        let node = json!({"metadata": {"name": "n1", "finalizers": ["f"]}, "spec": {}});
+        let created = store
+            .create(Resource::Nodes, "", node, Ownership::Update("t".into()))
+            .expect("create");
+        let cidrs = json!({"spec": {"podCIDRs": ["10.0.0.0/24"]}});
+        store
+            .patch(&key, PatchType::Strategic, &cidrs, None, "t", false)
+            .expect("patch");
+        // A no-op and a refused write are not commits.
+        store
+            .patch(&key, PatchType::Strategic, &cidrs, None, "t", false)
+            .expect("no-op");
+        let other = json!({"spec": {"podCIDRs": ["10.0.1.0/24"]}});
+        assert!(
+            store
+                .patch(&key, PatchType::Merge, &other, None, "t", false)
+                .is_err()
+        );
+        assert!(matches!(
+            store.delete(&key, &json!({})),
+            Ok(Deleted::Marked(_))
+        ));
+        let release = json!({"metadata": {"finalizers": null}});
+        store
+            .patch(&key, PatchType::Merge, &release, None, "t", false)
+            .expect("finalizers removed");
+        assert!(store.get(&key).is_none());
+        let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
+        let with = json!({"podCIDR": "10.0.0.0/24", "podCIDRs": ["10.0.0.0/24"]});
+        let first = created.rv();
+        assert_eq!(
+            seen,
+            [
+                (ChangeType::Added, first, None, json!({})),
+                (
+                    ChangeType::Modified,
+                    first + 1,
+                    Some(json!({})),
+                    with.clone()
+                ),
+                (
+                    ChangeType::Modified,
+                    first + 2,
+                    Some(with.clone()),
+                    with.clone()
+                ),
+                (ChangeType::Deleted, first + 3, Some(with.clone()), with),
+            ]
+        );
+        assert!(store.remove_commit_observer(1));
+        assert!(!store.remove_commit_observer(1));
     }
 }
