@@ -12,8 +12,8 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Resource as _, ResourceExt};
 use nodeipam_tests::sandbox::{
-    FaultAction, FaultRule, PatchType, Resource, Sandbox, SandboxHandle, SandboxOptions, Verb,
-    fixture,
+    FaultAction, FaultRule, LateAnswer, LateWriteOutcome, PatchType, Resource, Sandbox,
+    SandboxHandle, SandboxOptions, Verb, fixture,
 };
 use serde_json::{Value, json};
 
@@ -1017,5 +1017,290 @@ async fn commit_observer_sees_every_state_in_order() {
         assert_eq!(m.overlaps, [(dup_rv, "dup".to_owned(), names[1].clone())]);
         assert!(!m.cidrs.contains_key(&names[0]));
     }
+    sb.shutdown().await;
+}
+
+/// Sends one raw HTTP/1.1 request and reads until the server closes: `(bytes, read error)`.
+async fn raw_http(
+    sb: &SandboxHandle,
+    method: &str,
+    path: &str,
+    headers: &str,
+    body: &str,
+) -> (Vec<u8>, Option<std::io::Error>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(sb.addr())
+        .await
+        .expect("connect");
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(req.as_bytes()).await.expect("send");
+    let mut out = Vec::new();
+    let err = tokio::time::timeout(WAIT, conn.read_to_end(&mut out))
+        .await
+        .expect("server answers or closes in time")
+        .err();
+    (out, err)
+}
+
+fn no_retry_nodes(sb: &SandboxHandle) -> Api<Node> {
+    let mut cfg = sb.kube_config();
+    cfg.default_retry = false;
+    Api::all(kube::Client::try_from(cfg).expect("client"))
+}
+
+/// Late writes: the client is answered early (504 in the timeout filter's shape, or the
+/// connection dropped: a transport error) and the write is committed later against the state at
+/// commit time, so it fails — visibly only in the request log — when the Node was deleted, was
+/// re-created with another uid (the write pins the uid) or got other podCIDRs meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_writes_commit_against_the_state_at_commit_time() {
+    let (sb, _) = start("05-aws-4nodes-no-podcidr.json").await;
+    let nodes = no_retry_nodes(&sb);
+    let names: Vec<String> = sb
+        .nodes()
+        .iter()
+        .map(|n| n["metadata"]["name"].as_str().expect("name").to_owned())
+        .collect();
+    let uid = |sb: &SandboxHandle, n: &str| {
+        sb.node(n).expect("node")["metadata"]["uid"]
+            .as_str()
+            .expect("uid")
+            .to_owned()
+    };
+    // Committed long after the answer, so that the test's own writes come first.
+    let later = Duration::from_secs(5);
+    let timeout = LateAnswer::Timeout {
+        after: Duration::ZERO,
+    };
+    for (i, answer) in [
+        timeout,
+        timeout,
+        LateAnswer::DropConnection,
+        LateAnswer::DropConnection,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        sb.inject(
+            FaultRule::new(
+                Verb::Patch,
+                Resource::Nodes,
+                1,
+                FaultAction::LateWrite {
+                    commit_after: later,
+                    answer,
+                },
+            )
+            .named(names[i].clone()),
+        );
+    }
+    let patch = |i: usize, uid: Option<String>| {
+        let cidr = format!("10.200.{i}.0/24");
+        let mut p = json!({"spec": {"podCIDR": cidr, "podCIDRs": [cidr]}});
+        if let Some(u) = uid {
+            p["metadata"] = json!({"uid": u});
+        }
+        p
+    };
+    // 0: raw request — the exact 504 of kube-apiserver's timeout filter.
+    let (resp, err) = raw_http(
+        &sb,
+        "PATCH",
+        &format!("/api/v1/nodes/{}", names[0]),
+        "Content-Type: application/strategic-merge-patch+json\r\n",
+        &patch(0, None).to_string(),
+    )
+    .await;
+    assert!(err.is_none(), "{err:?}");
+    let text = String::from_utf8(resp).expect("utf-8");
+    let (head, body) = text.split_once("\r\n\r\n").expect("head and body");
+    assert!(head.starts_with("HTTP/1.1 504"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: text/plain; charset=utf-8"),
+        "{head}"
+    );
+    assert_eq!(
+        body,
+        "{\"metadata\":{},\"status\":\"Failure\",\"message\":\"Timeout: request did not complete within the allotted timeout\",\"reason\":\"Timeout\",\"details\":{},\"code\":504}\n"
+    );
+    // 1: kube-rs sees the 504 as an API error.
+    let (code, reason, _) = api_status(
+        nodes
+            .patch(
+                &names[1],
+                &PatchParams::default(),
+                &Patch::Strategic(&patch(1, None)),
+            )
+            .await,
+    );
+    assert_eq!((code, reason.as_str()), (504, "Timeout"));
+    // 2: dropped connection — a transport error for kube-rs, not an HTTP status.
+    let r = nodes
+        .patch(
+            &names[2],
+            &PatchParams::default(),
+            &Patch::Strategic(&patch(2, Some(uid(&sb, &names[2])))),
+        )
+        .await;
+    assert!(
+        matches!(&r, Err(e) if !matches!(e, kube::Error::Api(_))),
+        "{r:?}"
+    );
+    // 3: dropped connection, raw: not one byte of an answer.
+    let (resp, _) = raw_http(
+        &sb,
+        "PATCH",
+        &format!("/api/v1/nodes/{}", names[3]),
+        "Content-Type: application/strategic-merge-patch+json\r\n",
+        &patch(3, None).to_string(),
+    )
+    .await;
+    assert!(resp.is_empty(), "{}", String::from_utf8_lossy(&resp));
+    // Before the commits: 1 is deleted, 2 re-created (new uid), 3 gets other podCIDRs.
+    let pending =
+        |sb: &SandboxHandle| -> Vec<(Option<String>, Option<u16>, Option<LateWriteOutcome>)> {
+            sb.requests_of(Verb::Patch, Resource::Nodes)
+                .into_iter()
+                .map(|r| (r.name, r.status, r.late_write))
+                .collect()
+        };
+    assert!(
+        pending(&sb)
+            .iter()
+            .all(|(_, _, l)| *l == Some(LateWriteOutcome::Pending)),
+        "{:?}",
+        pending(&sb)
+    );
+    sb.delete_node(&names[1]).expect("delete 1");
+    let mut again = sb
+        .nodes()
+        .into_iter()
+        .find(|n| n["metadata"]["name"] == names[2])
+        .expect("2");
+    sb.delete_node(&names[2]).expect("delete 2");
+    for f in ["uid", "resourceVersion", "creationTimestamp"] {
+        again["metadata"].as_object_mut().expect("meta").remove(f);
+    }
+    sb.create_node(again).expect("re-create 2");
+    sb.patch_node(
+        &names[3],
+        PatchType::Strategic,
+        &json!({"spec": {"podCIDRs": ["10.201.0.0/24"]}}),
+    )
+    .expect("other podCIDRs for 3");
+    assert!(
+        sb.wait_until(Duration::from_secs(30), |sb| pending(sb)
+            .iter()
+            .all(|(_, _, l)| *l != Some(LateWriteOutcome::Pending)))
+            .await,
+        "late writes ran: {:?}",
+        pending(&sb)
+    );
+    let log = pending(&sb);
+    let outcome = |i: usize| log[i].2.clone().expect("late write");
+    assert_eq!(
+        log.iter()
+            .map(|(n, s, _)| (n.clone(), *s))
+            .collect::<Vec<_>>(),
+        [
+            (Some(names[0].clone()), Some(504)),
+            (Some(names[1].clone()), Some(504)),
+            (Some(names[2].clone()), None),
+            (Some(names[3].clone()), None),
+        ]
+    );
+    let rv0 = sb.node(&names[0]).expect("0")["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|r| r.parse().ok())
+        .expect("rv");
+    assert_eq!(
+        outcome(0),
+        LateWriteOutcome::Committed {
+            resource_version: rv0
+        }
+    );
+    assert_eq!(
+        sb.node(&names[0]).expect("0")["spec"]["podCIDRs"],
+        json!(["10.200.0.0/24"])
+    );
+    assert!(
+        matches!(outcome(1), LateWriteOutcome::Failed { code: 404, .. }),
+        "{:?}",
+        outcome(1)
+    );
+    assert!(
+        sb.node(&names[1]).is_none(),
+        "a failed late write creates nothing"
+    );
+    match outcome(2) {
+        LateWriteOutcome::Failed {
+            code: 422, message, ..
+        } => {
+            assert!(message.contains("metadata.uid"), "{message}")
+        }
+        other => panic!("2: {other:?}"),
+    }
+    assert!(sb.node(&names[2]).expect("2")["spec"]["podCIDRs"].is_null());
+    match outcome(3) {
+        LateWriteOutcome::Failed {
+            code: 422, message, ..
+        } => {
+            assert!(message.contains("spec.podCIDRs"), "{message}")
+        }
+        other => panic!("3: {other:?}"),
+    }
+    assert_eq!(
+        sb.node(&names[3]).expect("3")["spec"]["podCIDRs"],
+        json!(["10.201.0.0/24"])
+    );
+    sb.shutdown().await;
+}
+
+/// The commit of a late write runs on its own task: it happens although the client gave up and
+/// disconnected long before, and the request stays unanswered in the log.
+#[tokio::test]
+async fn late_write_commits_after_the_client_disconnected() {
+    let (sb, _) = start("07-eks-2nodes-no-podcidr.json").await;
+    let name = sb.nodes()[0]["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_owned();
+    let mut cfg = sb.kube_config();
+    cfg.default_retry = false;
+    cfg.read_timeout = Some(Duration::from_millis(300));
+    let impatient: Api<Node> = Api::all(kube::Client::try_from(cfg).expect("client"));
+    sb.fail_next(
+        Verb::Patch,
+        Resource::Nodes,
+        1,
+        FaultAction::LateWrite {
+            commit_after: Duration::from_secs(1),
+            answer: LateAnswer::Timeout {
+                after: Duration::from_secs(60),
+            },
+        },
+    );
+    let patch = json!({"spec": {"podCIDRs": ["10.202.0.0/24"]}});
+    let r = impatient
+        .patch(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+        .await;
+    assert!(r.is_err(), "the client gave up: {r:?}");
+    assert!(
+        sb.wait_until(WAIT, |sb| {
+            !sb.node(&name).expect("node")["spec"]["podCIDRs"].is_null()
+        })
+        .await,
+        "committed after the client left"
+    );
+    let rec = sb.requests_of(Verb::Patch, Resource::Nodes).remove(0);
+    assert_eq!(rec.status, None);
+    assert!(
+        matches!(rec.late_write, Some(LateWriteOutcome::Committed { .. })),
+        "{rec:?}"
+    );
     sb.shutdown().await;
 }

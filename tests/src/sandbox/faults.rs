@@ -24,6 +24,42 @@ pub enum FaultAction {
     /// Run the request (the write is committed), then hold the answer this long and answer 504:
     /// a timeout whose write nevertheless happened.
     CommitThenHang(Duration),
+    /// A write that is committed late while its client is answered early — what a client sees
+    /// when kube-apiserver's request times out (or its connection breaks) but the write still
+    /// reaches etcd.
+    ///
+    /// The request is run `commit_after` after it arrived, on its own task (so it happens even if
+    /// the client has disconnected), against the store **as it is then** — as `GuaranteedUpdate`
+    /// applies a patch to the current object: if the object was deleted, got another uid (and the
+    /// write pins the uid) or got other podCIDRs meanwhile, the write fails, and the failure is
+    /// only visible in the request log ([`super::RequestRecord::late_write`]); a success is a
+    /// normal commit (watch event, commit observers). The client gets `answer` instead of the
+    /// result.
+    LateWrite {
+        /// Time from the request's arrival to the commit.
+        commit_after: Duration,
+        /// What the client gets.
+        answer: LateAnswer,
+    },
+}
+
+/// What the client of a [`FaultAction::LateWrite`] gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LateAnswer {
+    /// `after` the request arrived: **504** as kube-apiserver's timeout filter writes it
+    /// (`WithTimeoutForNonLongRunningRequests`, `apiserver/pkg/server/filters/timeout.go`): a
+    /// `Status` with reason `Timeout`, message `Timeout: request did not complete within the
+    /// allotted timeout`, `details: {}`, and (the filter encodes the bare `metav1.Status`) no
+    /// `kind`/`apiVersion`, sent as `text/plain; charset=utf-8` (Go's content sniffing; the filter
+    /// sets no Content-Type).
+    Timeout {
+        /// Time from the request's arrival to the answer.
+        after: Duration,
+    },
+    /// Once the request has been read, the connection is closed without an answer: the client
+    /// sees a transport error (connection closed before the response), not an HTTP status. The
+    /// request log keeps `status: None` for it.
+    DropConnection,
 }
 
 /// A fault rule: requests matching `verb`/`resource`/`name` (each `None` = any) get `action`,

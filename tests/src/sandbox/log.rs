@@ -21,6 +21,27 @@ pub const DEFAULT_REQUEST_LOG_CAPACITY: usize = 100_000;
 /// their size.
 pub const DEFAULT_REQUEST_BODY_LIMIT: usize = 16 * 1024;
 
+/// What became of a late write ([`super::FaultAction::LateWrite`]), filled in when it has run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum LateWriteOutcome {
+    /// Not run yet.
+    Pending,
+    /// Committed at this resourceVersion (or a no-op: the object already was so).
+    Committed {
+        /// resourceVersion of the object after the write.
+        resource_version: u64,
+    },
+    /// Refused against the object as it was at commit time.
+    Failed {
+        /// HTTP code the request would have got.
+        code: u16,
+        /// `Status.reason`.
+        reason: String,
+        /// `Status.message`.
+        message: String,
+    },
+}
+
 /// One logged request.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RequestRecord {
@@ -56,6 +77,9 @@ pub struct RequestRecord {
     /// disconnected first, or the connection was dropped by a fault; a committed write may have
     /// happened).
     pub status: Option<u16>,
+    /// For a request held by a late-write fault: what its commit did (see
+    /// [`super::FaultAction::LateWrite`]); `None` otherwise.
+    pub late_write: Option<LateWriteOutcome>,
 }
 
 /// The request log (see the module doc).
@@ -128,6 +152,13 @@ impl RequestLog {
         }
     }
 
+    /// Record what the late write of request `seq` did (a no-op if the record is gone).
+    pub fn late_write(&mut self, seq: u64, outcome: LateWriteOutcome) {
+        if let Some(rec) = self.record_mut(seq) {
+            rec.late_write = Some(outcome);
+        }
+    }
+
     /// The records kept, in arrival order.
     pub fn records(&self) -> Vec<RequestRecord> {
         self.entries.iter().cloned().collect()
@@ -159,6 +190,7 @@ mod tests {
             body: None,
             body_size: 0,
             status: None,
+            late_write: None,
         }
     }
 

@@ -20,6 +20,7 @@
 //! # }
 //! ```
 
+pub mod conn;
 pub mod faults;
 pub mod fields;
 pub mod list;
@@ -45,8 +46,8 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::watch as tokio_watch;
 
-pub use faults::{FaultAction, FaultRule};
-pub use log::RequestRecord;
+pub use faults::{FaultAction, FaultRule, LateAnswer};
+pub use log::{LateWriteOutcome, RequestRecord};
 pub use resource::{Resource, Verb};
 pub use status::{ApiError, Cause};
 pub use store::{ChangeType, Commit, CommitObserver, Key, NodeStats};
@@ -183,7 +184,9 @@ impl Sandbox {
         });
         let app = axum::Router::new()
             .fallback(server::handle)
-            .with_state(Arc::clone(&shared));
+            .with_state(Arc::clone(&shared))
+            .into_make_service_with_connect_info::<conn::ConnHandle>();
+        let listener = conn::KillableListener::new(listener);
         let mut shutdown_rx = shared.shutdown_tx.subscribe();
         let task = tokio::spawn(async move {
             let signal = async move {

@@ -6,16 +6,17 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::sync::watch as tokio_watch;
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::faults::{self, FaultAction, FaultRule};
+use super::conn::ConnHandle;
+use super::faults::{self, FaultAction, FaultRule, LateAnswer};
 use super::list::ListParams;
-use super::log::{RequestLog, RequestRecord};
+use super::log::{LateWriteOutcome, RequestLog, RequestRecord};
 use super::object::StoredObject;
 use super::resource::{Resource, Target, Verb, parse_path};
 use super::select::Selector;
@@ -153,6 +154,14 @@ fn verb_of(method: &Method, target: &Target, q: &HashMap<String, String>) -> Opt
     })
 }
 
+async fn hold_until(shared: &Shared, at: tokio::time::Instant) {
+    let mut shutdown = shared.shutdown_tx.subscribe();
+    tokio::select! {
+        _ = tokio::time::sleep_until(at) => {}
+        _ = shutdown.wait_for(|s| *s) => {}
+    }
+}
+
 async fn hold(shared: &Shared, d: Duration) {
     let mut shutdown = shared.shutdown_tx.subscribe();
     tokio::select! {
@@ -164,6 +173,10 @@ async fn hold(shared: &Shared, d: Duration) {
 /// The single handler behind every path.
 pub async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
+    let conn = parts
+        .extensions
+        .get::<ConnectInfo<ConnHandle>>()
+        .map(|c| c.0.clone());
     let method = parts.method.clone();
     let path = parts.uri.path().to_owned();
     let query = parts.uri.query().unwrap_or("").to_owned();
@@ -204,6 +217,7 @@ pub async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response
         },
         body_size: bytes.as_ref().map_or(0, |b| b.len()),
         status: None,
+        late_write: None,
     };
     // Requests answered at once (no await before the answer) are logged with their status.
     let answer_now = |mut rec: RequestRecord, resp: Response| {
@@ -237,47 +251,151 @@ pub async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response
 
     // Log the request now: if the client gives up while it is delayed or held by a fault, the
     // connection drops and this future is cancelled, and the record stays without a status.
+    let arrival = tokio::time::Instant::now();
     let seq = shared.log().received(rec);
-    let resp = respond(
-        &shared,
+    let call = Call {
         verb,
-        &target,
-        &q,
-        content_type.as_deref(),
-        &field_manager,
-        &bytes,
-    )
-    .await;
-    shared.log().answered(seq, resp.status().as_u16());
+        target,
+        q,
+        content_type,
+        field_manager,
+        bytes,
+    };
+    match respond(&shared, &call, seq, arrival, conn.as_ref()).await {
+        Answer::Sent(resp) => {
+            shared.log().answered(seq, resp.status().as_u16());
+            resp
+        }
+        Answer::Dropped(resp) => resp,
+    }
+}
+
+/// A routed resource request, owned (a late write runs it again on its own task).
+#[derive(Debug, Clone)]
+struct Call {
+    verb: Verb,
+    target: Target,
+    q: HashMap<String, String>,
+    content_type: Option<String>,
+    field_manager: String,
+    bytes: bytes::Bytes,
+}
+
+impl Call {
+    fn dispatch(&self, shared: &Arc<Shared>) -> Result<Reply, ApiError> {
+        dispatch(
+            shared,
+            self.verb,
+            &self.target,
+            &self.q,
+            self.content_type.as_deref(),
+            &self.field_manager,
+            &self.bytes,
+        )
+    }
+}
+
+/// How a request was answered.
+enum Answer {
+    /// The response goes to the client.
+    Sent(Response),
+    /// The connection was killed: the response is never written (the log keeps no status).
+    Dropped(Response),
+}
+
+/// The 504 kube-apiserver's timeout filter writes (`baseTimeoutWriter.timeout`,
+/// `apiserver/pkg/server/filters/timeout.go`): `json.NewEncoder(w).Encode(&err.ErrStatus)` of
+/// `NewTimeoutError("request did not complete within the allotted timeout", 0)` — a bare
+/// `metav1.Status` (no `kind`/`apiVersion`), `details: {}`, a trailing newline, and no
+/// Content-Type header, which Go's `net/http` sniffs as `text/plain; charset=utf-8`.
+pub fn timeout_filter_response() -> Response {
+    let body = "{\"metadata\":{},\"status\":\"Failure\",\"message\":\"Timeout: request did not complete within the allotted timeout\",\"reason\":\"Timeout\",\"details\":{},\"code\":504}\n";
+    let mut resp = (StatusCode::GATEWAY_TIMEOUT, body).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     resp
 }
 
-/// Answer a routed resource request: delay, faults, then the operation itself.
+/// Run `call` at `at` on its own task (it survives the client's disconnect) and record the
+/// outcome in the log entry `seq`.
+fn spawn_late_commit(shared: &Arc<Shared>, call: Call, seq: u64, at: tokio::time::Instant) {
+    shared.log().late_write(seq, LateWriteOutcome::Pending);
+    let shared = Arc::clone(shared);
+    tokio::spawn(async move {
+        let mut shutdown = shared.shutdown_tx.subscribe();
+        tokio::select! {
+            _ = tokio::time::sleep_until(at) => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        let outcome = match call.dispatch(&shared) {
+            Ok(Reply::Object(_, o)) => LateWriteOutcome::Committed {
+                resource_version: o.rv(),
+            },
+            Ok(_) => LateWriteOutcome::Committed {
+                resource_version: shared.store().resource_version(),
+            },
+            Err(e) => LateWriteOutcome::Failed {
+                code: e.code,
+                reason: e.reason.to_owned(),
+                message: e.message,
+            },
+        };
+        shared.notify();
+        shared.log().late_write(seq, outcome);
+    });
+}
+
+/// Answer a routed resource request: late-write faults, delay, other faults, then the operation.
 async fn respond(
     shared: &Arc<Shared>,
-    verb: Verb,
-    target: &Target,
-    q: &HashMap<String, String>,
-    content_type: Option<&str>,
-    field_manager: &str,
-    bytes: &[u8],
-) -> Response {
+    call: &Call,
+    seq: u64,
+    arrival: tokio::time::Instant,
+    conn: Option<&ConnHandle>,
+) -> Answer {
+    let target = &call.target;
     let fault = {
         let mut rules = shared.faults.lock().unwrap_or_else(PoisonError::into_inner);
-        faults::take(&mut rules, verb, target.resource, target.name.as_deref())
+        faults::take(
+            &mut rules,
+            call.verb,
+            target.resource,
+            target.name.as_deref(),
+        )
     };
+    if let Some(FaultAction::LateWrite {
+        commit_after,
+        answer,
+    }) = &fault
+    {
+        spawn_late_commit(shared, call.clone(), seq, arrival + *commit_after);
+        return match (answer, conn) {
+            (LateAnswer::DropConnection, Some(conn)) => {
+                conn.kill();
+                Answer::Dropped(timeout_filter_response())
+            }
+            (LateAnswer::Timeout { after }, _) => {
+                hold_until(shared, arrival + *after).await;
+                Answer::Sent(timeout_filter_response())
+            }
+            // Not served through the killable listener (not expected): time out at once.
+            (LateAnswer::DropConnection, None) => Answer::Sent(timeout_filter_response()),
+        };
+    }
     let delay = *shared.delay.lock().unwrap_or_else(PoisonError::into_inner);
     if !delay.is_zero() {
         hold(shared, delay).await;
     }
-    let early: Option<ApiError> = match &fault {
-        Some(FaultAction::Status(code)) => Some(ApiError::with_code(*code)),
-        Some(FaultAction::TooManyRequests { retry_after_secs }) => {
-            Some(ApiError::too_many_requests(*retry_after_secs))
-        }
+    let early: Option<Response> = match &fault {
+        Some(FaultAction::Status(code)) => Some(error_response(&ApiError::with_code(*code))),
+        Some(FaultAction::TooManyRequests { retry_after_secs }) => Some(error_response(
+            &ApiError::too_many_requests(*retry_after_secs),
+        )),
         Some(FaultAction::Hang(d)) => {
             hold(shared, *d).await;
-            Some(ApiError::timeout("injected fault: the request timed out"))
+            Some(timeout_filter_response())
         }
         Some(FaultAction::Delay(d)) => {
             hold(shared, *d).await;
@@ -285,11 +403,11 @@ async fn respond(
         }
         _ => None,
     };
-    if let Some(e) = early {
-        return error_response(&e);
+    if let Some(resp) = early {
+        return Answer::Sent(resp);
     }
 
-    let result = dispatch(shared, verb, target, q, content_type, field_manager, bytes);
+    let result = call.dispatch(shared);
     shared.notify();
     if let Err(e) = &result
         && e.code == 410
@@ -297,7 +415,7 @@ async fn respond(
     {
         shared.stats.gone410.fetch_add(1, Ordering::Relaxed);
     }
-    match result {
+    Answer::Sent(match result {
         Ok(Reply::Stream(rx)) => {
             let mut resp = Response::new(Body::from_stream(ReceiverStream::new(rx)));
             resp.headers_mut().insert(
@@ -310,12 +428,12 @@ async fn respond(
             Some(FaultAction::CommitThenStatus(c)) => error_response(&ApiError::with_code(*c)),
             Some(FaultAction::CommitThenHang(d)) => {
                 hold(shared, *d).await;
-                error_response(&ApiError::timeout("injected fault: the request timed out"))
+                timeout_filter_response()
             }
             _ => reply.into_response(),
         },
         Err(e) => error_response(&e),
-    }
+    })
 }
 
 /// The answer of a resource request.
@@ -527,7 +645,12 @@ fn parse_verb(s: &str) -> Option<Verb> {
 
 /// Parse an admin fault rule: `{"verb":"patch","resource":"nodes","name":"n1","times":2,
 /// "status":500}` or with `"retryAfterSeconds":N`, `"hangMs":N`, `"delayMs":N`,
-/// `"commitThenStatus":C` or `"commitThenHangMs":N` instead of `status`.
+/// `"commitThenStatus":C`, `"commitThenHangMs":N` or
+/// `"lateWrite":{"commitAfterMs":N,"answer":"timeout","answerAfterMs":M}` /
+/// `"lateWrite":{"commitAfterMs":N,"answer":"drop"}` instead of `status`.
+///
+/// # Errors
+/// 400 for an unknown verb, resource or action, or a malformed late write.
 pub fn parse_fault(v: &Value) -> Result<FaultRule, ApiError> {
     let verb = match v.get("verb").and_then(Value::as_str) {
         Some(s) => {
@@ -561,9 +684,32 @@ pub fn parse_fault(v: &Value) -> Result<FaultRule, ApiError> {
         )
     } else if let Some(ms) = n("commitThenHangMs") {
         FaultAction::CommitThenHang(Duration::from_millis(ms))
+    } else if let Some(late) = v.get("lateWrite") {
+        let ms = |k: &str| {
+            late.get(k)
+                .and_then(Value::as_u64)
+                .map(Duration::from_millis)
+        };
+        let commit_after = ms("commitAfterMs")
+            .ok_or_else(|| ApiError::bad_request("lateWrite needs commitAfterMs"))?;
+        let answer = match late.get("answer").and_then(Value::as_str) {
+            Some("timeout") => LateAnswer::Timeout {
+                after: ms("answerAfterMs").unwrap_or(Duration::ZERO),
+            },
+            Some("drop") => LateAnswer::DropConnection,
+            _ => {
+                return Err(ApiError::bad_request(
+                    "lateWrite.answer must be \"timeout\" or \"drop\"",
+                ));
+            }
+        };
+        FaultAction::LateWrite {
+            commit_after,
+            answer,
+        }
     } else {
         return Err(ApiError::bad_request(
-            "fault needs one of status, retryAfterSeconds, hangMs, delayMs, commitThenStatus, commitThenHangMs",
+            "fault needs one of status, retryAfterSeconds, hangMs, delayMs, commitThenStatus, commitThenHangMs, lateWrite",
         ));
     };
     Ok(FaultRule {
@@ -618,5 +764,51 @@ fn admin(shared: &Arc<Shared>, method: &Method, path: &str, body: &[u8]) -> Resp
     match result {
         Ok(v) => json_response(200, &v),
         Err(e) => error_response(&e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admin_fault_rules_parse() {
+        let cases = [
+            (json!({"status": 500}), FaultAction::Status(500)),
+            (
+                json!({"lateWrite": {"commitAfterMs": 1500, "answer": "timeout", "answerAfterMs": 200}}),
+                FaultAction::LateWrite {
+                    commit_after: Duration::from_millis(1500),
+                    answer: LateAnswer::Timeout {
+                        after: Duration::from_millis(200),
+                    },
+                },
+            ),
+            (
+                json!({"lateWrite": {"commitAfterMs": 10, "answer": "drop"}}),
+                FaultAction::LateWrite {
+                    commit_after: Duration::from_millis(10),
+                    answer: LateAnswer::DropConnection,
+                },
+            ),
+        ];
+        for (mut body, action) in cases {
+            body["verb"] = json!("patch");
+            body["resource"] = json!("nodes");
+            body["name"] = json!("n1");
+            let rule = parse_fault(&body).expect("parses");
+            assert_eq!(
+                rule,
+                FaultRule::new(Verb::Patch, Resource::Nodes, 1, action).named("n1")
+            );
+        }
+        for bad in [
+            json!({}),
+            json!({"lateWrite": {"answer": "drop"}}),
+            json!({"lateWrite": {"commitAfterMs": 1, "answer": "later"}}),
+            json!({"verb": "frobnicate", "status": 500}),
+        ] {
+            assert_eq!(parse_fault(&bad).map_err(|e| e.code), Err(400), "{bad}");
+        }
     }
 }
