@@ -1304,3 +1304,335 @@ async fn late_write_commits_after_the_client_disconnected() {
     );
     sb.shutdown().await;
 }
+
+/// `Accept` is negotiated as kube-apiserver does: JSON (or a wildcard) is served, a header that
+/// names only what the sandbox cannot produce (protobuf, a Table) is 406 NotAcceptable.
+#[tokio::test]
+async fn accept_header_is_negotiated() {
+    let (sb, nodes) = start("07-eks-2nodes-no-podcidr.json").await;
+    let status_of = |resp: &[u8]| -> (String, Value) {
+        let text = String::from_utf8_lossy(resp).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n").expect("head");
+        let status = head.lines().next().unwrap_or("").to_owned();
+        let body = serde_json::from_str(body).unwrap_or(Value::Null);
+        (status, body)
+    };
+    for (accept, want) in [
+        ("", "200"),
+        ("Accept: application/json\r\n", "200"),
+        ("Accept: application/json;charset=utf-8\r\n", "200"),
+        ("Accept: */*\r\n", "200"),
+        ("Accept: application/*\r\n", "200"),
+        (
+            "Accept: application/vnd.kubernetes.protobuf, */*\r\n",
+            "200",
+        ),
+        ("Accept: application/vnd.kubernetes.protobuf\r\n", "406"),
+        (
+            "Accept: application/json;as=Table;v=v1;g=meta.k8s.io\r\n",
+            "406",
+        ),
+    ] {
+        let (resp, _) = raw_http(&sb, "GET", "/api/v1/nodes?limit=1", accept, "").await;
+        let (status, body) = status_of(&resp);
+        assert!(
+            status.starts_with(&format!("HTTP/1.1 {want}")),
+            "{accept:?}: {status}"
+        );
+        if want == "200" {
+            assert_eq!(body["kind"], "NodeList", "{accept:?}");
+        } else {
+            assert_eq!(
+                body,
+                json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                    "message": "only the following media types are accepted: application/json",
+                    "reason": "NotAcceptable", "code": 406}),
+                "{accept:?}"
+            );
+        }
+    }
+    // A write is negotiated too (before it runs).
+    let name = sb.nodes()[0]["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_owned();
+    let (resp, _) = raw_http(
+        &sb,
+        "PATCH",
+        &format!("/api/v1/nodes/{name}"),
+        "Accept: application/vnd.kubernetes.protobuf\r\nContent-Type: application/merge-patch+json\r\n",
+        "{\"metadata\":{\"labels\":{\"a\":\"b\"}}}",
+    )
+    .await;
+    assert!(status_of(&resp).0.starts_with("HTTP/1.1 406"));
+    assert!(sb.node(&name).expect("node")["metadata"]["labels"]["a"].is_null());
+    // kube-rs asks for JSON.
+    assert_eq!(
+        nodes
+            .list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .len(),
+        2
+    );
+    sb.shutdown().await;
+}
+
+/// List and watch options are validated as `ValidateListOptions` does (422 ListOptions).
+#[tokio::test]
+async fn list_and_watch_options_are_validated() {
+    let (sb, _) = start("07-eks-2nodes-no-podcidr.json").await;
+    for (query, message) in [
+        (
+            "resourceVersionMatch=NotOlderThan",
+            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+        ),
+        (
+            "sendInitialEvents=true",
+            "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list",
+        ),
+        (
+            "watch=1&sendInitialEvents=true",
+            "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+        ),
+        (
+            "watch=1&resourceVersion=3&resourceVersionMatch=NotOlderThan",
+            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+        ),
+    ] {
+        let (resp, _) = raw_http(&sb, "GET", &format!("/api/v1/nodes?{query}"), "", "").await;
+        let text = String::from_utf8_lossy(&resp).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n").expect("head");
+        assert!(head.starts_with("HTTP/1.1 422"), "{query}: {head}");
+        let body: Value = serde_json::from_str(body).expect("status");
+        assert_eq!(
+            (body["reason"].as_str(), body["message"].as_str()),
+            (
+                Some("Invalid"),
+                Some(format!("ListOptions.meta.k8s.io \"\" is invalid: {message}").as_str())
+            ),
+            "{query}"
+        );
+        assert_eq!(body["details"]["kind"], "ListOptions");
+        assert_eq!(body["details"]["group"], "meta.k8s.io");
+    }
+    sb.shutdown().await;
+}
+
+/// A streaming list (`sendInitialEvents=true`): ADDED for every Node, a BOOKMARK annotated
+/// `k8s.io/initial-events-end`, then live events — through kube-rs's watcher with the
+/// `StreamingList` strategy and on the wire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streaming_list_sends_initial_events_then_the_end_bookmark() {
+    let (sb, nodes) = start("06-kvm-onprem-4nodes-no-podcidr.json").await;
+    // On the wire.
+    let mut stream = nodes
+        .watch(&WatchParams::streaming_lists().timeout(30), "")
+        .await
+        .expect("watch")
+        .boxed();
+    let mut added = Vec::new();
+    let end_rv = loop {
+        match tokio::time::timeout(WAIT, stream.try_next())
+            .await
+            .expect("in time")
+            .expect("ok")
+            .expect("some")
+        {
+            WatchEvent::Added(n) => added.push(n.name_any()),
+            WatchEvent::Bookmark(b) => {
+                assert_eq!(
+                    b.metadata
+                        .annotations
+                        .get("k8s.io/initial-events-end")
+                        .map(String::as_str),
+                    Some("true")
+                );
+                break b.metadata.resource_version;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_eq!(added.len(), 4);
+    assert_eq!(end_rv, sb.resource_version().to_string());
+    sb.patch_node(
+        &added[0],
+        PatchType::Merge,
+        &json!({"metadata": {"labels": {"live": "1"}}}),
+    )
+    .expect("patch");
+    match tokio::time::timeout(WAIT, stream.try_next())
+        .await
+        .expect("in time")
+        .expect("ok")
+        .expect("some")
+    {
+        WatchEvent::Modified(n) => assert_eq!(n.name_any(), added[0]),
+        other => panic!("expected MODIFIED, got {other:?}"),
+    }
+    // kube-rs's watcher with the StreamingList strategy.
+    let cfg = watcher::Config::default().streaming_lists();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let api = nodes.clone();
+    let driver = tokio::spawn(async move {
+        let mut events = watcher(api, cfg).boxed();
+        while let Some(ev) = events.next().await {
+            if tx.send(ev).is_err() {
+                break;
+            }
+        }
+    });
+    let mut initial = Vec::new();
+    loop {
+        match next(&mut rx).await {
+            watcher::Event::Init => {}
+            watcher::Event::InitApply(n) => initial.push(n.name_any()),
+            watcher::Event::InitDone => break,
+            other => panic!("unexpected before InitDone: {other:?}"),
+        }
+    }
+    assert_eq!(initial.len(), 4);
+    assert!(
+        sb.requests_of(Verb::List, Resource::Nodes).is_empty(),
+        "no LIST at all"
+    );
+    let watches = sb.requests_of(Verb::Watch, Resource::Nodes);
+    assert!(
+        watches
+            .iter()
+            .all(|r| r.query.contains("sendInitialEvents=true")),
+        "{watches:?}"
+    );
+    driver.abort();
+    sb.shutdown().await;
+}
+
+/// With the WatchList switch off the sandbox answers a streaming list as a server without the
+/// feature (422), and kube-rs's default list-then-watch still works.
+#[tokio::test]
+async fn streaming_list_is_refused_without_watch_list() {
+    let opts = SandboxOptions {
+        watch_list: false,
+        ..SandboxOptions::default()
+    };
+    let sb = Sandbox::try_start(fixture("07-eks-2nodes-no-podcidr.json"), opts)
+        .await
+        .expect("start");
+    let nodes: Api<Node> = Api::all(sb.client());
+    let err = match nodes
+        .watch(&WatchParams::streaming_lists().timeout(5), "")
+        .await
+    {
+        Err(e) => e,
+        Ok(_) => panic!("a streaming list must be refused"),
+    };
+    let kube::Error::Api(status) = err else {
+        panic!("expected an API error, got {err:?}")
+    };
+    assert_eq!((status.code, status.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        status.message,
+        "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"
+    );
+    // A legacy watch from "" still gets the initial ADDED events, without the end bookmark.
+    let mut stream = nodes
+        .watch(&WatchParams::default().timeout(1), "0")
+        .await
+        .expect("legacy watch")
+        .boxed();
+    let mut added = 0;
+    while let Some(ev) = tokio::time::timeout(WAIT, stream.try_next())
+        .await
+        .expect("in time")
+        .expect("ok")
+    {
+        match ev {
+            WatchEvent::Added(_) => added += 1,
+            WatchEvent::Bookmark(b) => {
+                assert!(
+                    !b.metadata
+                        .annotations
+                        .contains_key("k8s.io/initial-events-end")
+                )
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(added, 2);
+    let list = nodes
+        .list(&ListParams::default().limit(1))
+        .await
+        .expect("paged list");
+    assert_eq!(list.items.len(), 1);
+    sb.shutdown().await;
+}
+
+/// A small history (3 changes): a watch or a continue token from before it is 410, in the stream
+/// and as an answer.
+#[tokio::test]
+async fn small_history_gives_410_for_older_versions() {
+    let opts = SandboxOptions {
+        history_limit: 3,
+        ..SandboxOptions::default()
+    };
+    let sb = Sandbox::try_start(fixture("06-kvm-onprem-4nodes-no-podcidr.json"), opts)
+        .await
+        .expect("start");
+    let nodes: Api<Node> = Api::all(sb.client());
+    let first = nodes
+        .list(&ListParams::default().limit(2))
+        .await
+        .expect("page 1");
+    let rv = first.metadata.resource_version.clone().expect("rv");
+    let token = first.metadata.continue_.clone().expect("token");
+    let name = first.items[0].name_any();
+    for i in 0..3 {
+        sb.patch_node(
+            &name,
+            PatchType::Merge,
+            &json!({"metadata": {"labels": {"i": i.to_string()}}}),
+        )
+        .expect("patch");
+    }
+    // Three changes fit: the watch from the list's resourceVersion still works…
+    let mut stream = nodes
+        .watch(&WatchParams::default().timeout(5), &rv)
+        .await
+        .expect("watch")
+        .boxed();
+    let ev = tokio::time::timeout(WAIT, stream.try_next())
+        .await
+        .expect("in time")
+        .expect("ok")
+        .expect("some");
+    assert!(matches!(ev, WatchEvent::Modified(_)), "{ev:?}");
+    // …a fourth pushes it out of the history.
+    sb.patch_node(
+        &name,
+        PatchType::Merge,
+        &json!({"metadata": {"labels": {"i": "3"}}}),
+    )
+    .expect("patch");
+    let mut stream = nodes
+        .watch(&WatchParams::default().timeout(5), &rv)
+        .await
+        .expect("watch")
+        .boxed();
+    match tokio::time::timeout(WAIT, stream.try_next())
+        .await
+        .expect("in time")
+        .expect("ok")
+        .expect("some")
+    {
+        WatchEvent::Error(s) => assert_eq!((s.code, s.reason.as_str()), (410, "Expired")),
+        other => panic!("expected ERROR 410, got {other:?}"),
+    }
+    let (code, reason, _) = api_status(
+        nodes
+            .list(&ListParams::default().limit(2).continue_token(&token))
+            .await,
+    );
+    assert_eq!((code, reason.as_str()), (410, "Expired"));
+    sb.shutdown().await;
+}

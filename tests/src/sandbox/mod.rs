@@ -25,8 +25,10 @@ pub mod faults;
 pub mod fields;
 pub mod list;
 pub mod log;
+pub mod negotiate;
 pub mod nodes;
 pub mod object;
+pub mod options;
 pub mod patch;
 pub mod resource;
 pub mod select;
@@ -77,6 +79,13 @@ pub struct SandboxOptions {
     /// Largest request body (bytes) the request log keeps; larger bodies are logged as
     /// `body: None` with their `body_size`.
     pub request_body_limit: usize,
+    /// kube-apiserver's `WatchList` feature (on by default since 1.34): streaming lists
+    /// (`sendInitialEvents=true` watches) are served. `false` answers them as a server with the
+    /// feature off does: **422 Invalid** `ListOptions.meta.k8s.io "" is invalid:
+    /// sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList
+    /// feature gate is enabled` (`ValidateListOptions`, see [`options`]) — so a client's fallback
+    /// to a paged LIST can be tested.
+    pub watch_list: bool,
 }
 
 impl Default for SandboxOptions {
@@ -88,6 +97,7 @@ impl Default for SandboxOptions {
             admin_endpoints: false,
             request_log_limit: log::DEFAULT_REQUEST_LOG_CAPACITY,
             request_body_limit: log::DEFAULT_REQUEST_BODY_LIMIT,
+            watch_list: true,
         }
     }
 }
@@ -181,6 +191,7 @@ impl Sandbox {
             bookmark_interval: options.bookmark_interval,
             admin: options.admin_endpoints,
             stats: Stats::default(),
+            watch_list: options.watch_list,
         });
         let app = axum::Router::new()
             .fallback(server::handle)

@@ -15,14 +15,15 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use super::conn::ConnHandle;
 use super::faults::{self, FaultAction, FaultRule, LateAnswer};
-use super::list::ListParams;
 use super::log::{LateWriteOutcome, RequestLog, RequestRecord};
+use super::negotiate;
 use super::object::StoredObject;
+use super::options::{ListOptions, query_bool};
 use super::resource::{Resource, Target, Verb, parse_path};
 use super::select::Selector;
 use super::status::ApiError;
 use super::store::{Key, Store};
-use super::watch::{self, WatchParams};
+use super::watch;
 use super::write::{Deleted, Ownership, PatchType};
 
 /// Largest request body accepted (kube-apiserver's limit is 3 MiB for most writes).
@@ -51,6 +52,8 @@ pub struct Shared {
     pub admin: bool,
     /// Request counters for the summary.
     pub stats: Stats,
+    /// Whether the WatchList feature is on (streaming lists; see [`super::options`]).
+    pub watch_list: bool,
 }
 
 /// Counters of Node requests (for `GET /sandbox/summary`), counted when a request is received.
@@ -135,8 +138,9 @@ fn query_map(query: &str) -> HashMap<String, String> {
         .collect()
 }
 
+/// A boolean query parameter as kube-apiserver decodes it ([`query_bool`]); absent = false.
 fn truthy(q: &HashMap<String, String>, k: &str) -> bool {
-    matches!(q.get(k).map(String::as_str), Some("true" | "1"))
+    q.get(k).is_some_and(|v| query_bool(v))
 }
 
 fn verb_of(method: &Method, target: &Target, q: &HashMap<String, String>) -> Option<Verb> {
@@ -181,6 +185,11 @@ pub async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response
     let path = parts.uri.path().to_owned();
     let query = parts.uri.query().unwrap_or("").to_owned();
     let q = query_map(&query);
+    let accept = parts
+        .headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let content_type = parts
         .headers
         .get(header::CONTENT_TYPE)
@@ -260,6 +269,7 @@ pub async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response
         content_type,
         field_manager,
         bytes,
+        accept,
     };
     match respond(&shared, &call, seq, arrival, conn.as_ref()).await {
         Answer::Sent(resp) => {
@@ -279,19 +289,12 @@ struct Call {
     content_type: Option<String>,
     field_manager: String,
     bytes: bytes::Bytes,
+    accept: Option<String>,
 }
 
 impl Call {
     fn dispatch(&self, shared: &Arc<Shared>) -> Result<Reply, ApiError> {
-        dispatch(
-            shared,
-            self.verb,
-            &self.target,
-            &self.q,
-            self.content_type.as_deref(),
-            &self.field_manager,
-            &self.bytes,
-        )
+        dispatch(shared, self)
     }
 }
 
@@ -468,15 +471,20 @@ fn parse_body(bytes: &[u8]) -> Result<Value, ApiError> {
     })
 }
 
-fn dispatch(
-    shared: &Arc<Shared>,
-    verb: Verb,
-    target: &Target,
-    q: &HashMap<String, String>,
-    content_type: Option<&str>,
-    manager: &str,
-    bytes: &[u8],
-) -> Result<Reply, ApiError> {
+/// Run a routed request. `call.accept` is negotiated first, as every kube-apiserver resource
+/// handler does (see [`super::negotiate`]).
+fn dispatch(shared: &Arc<Shared>, call: &Call) -> Result<Reply, ApiError> {
+    let Call {
+        verb,
+        target,
+        q,
+        content_type,
+        field_manager: manager,
+        bytes,
+        accept,
+    } = call;
+    let (verb, content_type) = (*verb, content_type.as_deref());
+    negotiate::negotiate(accept.as_deref())?;
     let res = target.resource;
     if q.contains_key("dryRun") {
         return Err(ApiError::bad_request(
@@ -501,41 +509,18 @@ fn dispatch(
                 .ok_or_else(|| ApiError::not_found(res, &key().name))
         }
         Verb::List => {
-            let limit = match q.get("limit") {
-                Some(l) => l
-                    .parse::<i64>()
-                    .map_err(|_| ApiError::bad_request(format!("invalid limit: {l}")))?
-                    .max(0) as usize,
-                None => 0,
-            };
-            let params = ListParams {
-                resource_version: q.get("resourceVersion").cloned(),
-                resource_version_match: q.get("resourceVersionMatch").cloned(),
-                limit,
-                continue_token: q.get("continue").cloned(),
-                selector: selector()?,
-            };
+            let params = ListOptions::parse(q, shared.watch_list)?.list_params(selector()?)?;
             let page = shared
                 .store()
                 .list(res, target.namespace.as_deref(), &params)?;
             Ok(Reply::Raw(200, page.to_json()))
         }
         Verb::Watch => {
-            let timeout = match q.get("timeoutSeconds") {
-                Some(t) => Some(Duration::from_secs(t.parse::<u64>().map_err(|_| {
-                    ApiError::bad_request(format!("invalid timeoutSeconds: {t}"))
-                })?)),
-                None => None,
-            };
-            let params = WatchParams {
-                resource: res,
-                namespace: target.namespace.clone(),
-                resource_version: q.get("resourceVersion").cloned(),
-                bookmarks: truthy(q, "allowWatchBookmarks"),
-                send_initial_events: truthy(q, "sendInitialEvents"),
-                timeout,
-                selector: selector()?,
-            };
+            let params = ListOptions::parse(q, shared.watch_list)?.watch_params(
+                res,
+                target.namespace.clone(),
+                selector()?,
+            );
             watch::start(Arc::clone(shared), params).map(Reply::Stream)
         }
         Verb::Create => {

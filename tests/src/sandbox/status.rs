@@ -265,6 +265,20 @@ impl ApiError {
         Self::new(405, "MethodNotAllowed", message)
     }
 
+    /// 406 `NotAcceptable` for an `Accept` header naming nothing the server produces
+    /// (`errNotAcceptable.Status`, `apiserver/pkg/endpoints/handlers/negotiation/errors.go`):
+    /// `only the following media types are accepted: <types>`, no details.
+    pub fn not_acceptable(produced: &[&str]) -> Self {
+        Self::new(
+            406,
+            "NotAcceptable",
+            format!(
+                "only the following media types are accepted: {}",
+                produced.join(", ")
+            ),
+        )
+    }
+
     /// 415 `UnsupportedMediaType`.
     pub fn unsupported_media_type(content_type: &str) -> Self {
         Self::new(

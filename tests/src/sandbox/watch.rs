@@ -30,12 +30,12 @@ pub struct WatchParams {
     pub resource: Resource,
     /// Namespace (`None` = all / cluster-scoped).
     pub namespace: Option<String>,
-    /// `resourceVersion` (`None`/`""`/`"0"` = start with the current state as ADDED events).
+    /// `resourceVersion`.
     pub resource_version: Option<String>,
     /// `allowWatchBookmarks`.
     pub bookmarks: bool,
-    /// `sendInitialEvents`.
-    pub send_initial_events: bool,
+    /// `sendInitialEvents` (after `SetListOptionsDefaults`, see [`super::options`]).
+    pub send_initial_events: Option<bool>,
     /// `timeoutSeconds`.
     pub timeout: Option<Duration>,
     /// Selectors.
@@ -113,22 +113,74 @@ impl Chunks {
     }
 }
 
-/// Start a watch: returns the receiving end of the chunk stream (the task ends when the client goes
-/// away, the timeout passes, watches are dropped, or the server shuts down).
-///
-/// # Errors
-/// 400 for a malformed resourceVersion.
-pub fn start(
-    shared: Arc<Shared>,
-    p: WatchParams,
-) -> Result<mpsc::Receiver<Result<Bytes, std::io::Error>>, ApiError> {
-    let from: Option<u64> = match p.resource_version.as_deref() {
+/// Where a watch starts (see [`start`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Plan {
+    /// Send the state at the start as ADDED events first.
+    initial: bool,
+    /// Then a BOOKMARK with `k8s.io/initial-events-end: "true"`.
+    end_bookmark: bool,
+    /// Start after this resourceVersion (`None` = the current one).
+    from: Option<u64>,
+}
+
+/// The start of a watch, as kube-apiserver's watch cache plans it (`Cacher.Watch`,
+/// `apiserver/pkg/storage/cacher/cacher.go`):
+/// - `sendInitialEvents=true` (a *streaming list*; with WatchList on, also every watch with
+///   resourceVersion `""`/`"0"`, see [`super::options`]): ADDED events for the current state —
+///   for resourceVersion `N` it must be at least `N` (`NotOlderThan`), else 504 Too large
+///   resource version (kube-apiserver waits up to 3 s first) — then, with
+///   `allowWatchBookmarks`, a BOOKMARK at the state's resourceVersion annotated
+///   `k8s.io/initial-events-end: "true"` (`isListWatchRequest`, `setInitialEventsEndBookmarkIfRequested`);
+/// - `sendInitialEvents=false`: no initial events, changes after `N`, or after the current
+///   resourceVersion for `""`/`"0"`;
+/// - no `sendInitialEvents` (WatchList off): `""`/`"0"` ⇒ the legacy initial ADDED events without
+///   the end bookmark; `N` ⇒ changes after `N` (410 in the stream when `N` is too old).
+fn plan(p: &WatchParams, current: u64) -> Result<Plan, ApiError> {
+    let rv: Option<u64> = match p.resource_version.as_deref() {
         None | Some("") | Some("0") => None,
         Some(s) => Some(
             s.parse()
                 .map_err(|_| ApiError::bad_request(format!("invalid resource version: {s}")))?,
         ),
     };
+    Ok(match p.send_initial_events {
+        Some(true) => {
+            if let Some(n) = rv
+                && n > current
+            {
+                return Err(ApiError::too_large_resource_version(n, current));
+            }
+            Plan {
+                initial: true,
+                end_bookmark: p.bookmarks,
+                from: None,
+            }
+        }
+        Some(false) => Plan {
+            initial: false,
+            end_bookmark: false,
+            from: rv,
+        },
+        None => Plan {
+            initial: rv.is_none(),
+            end_bookmark: false,
+            from: rv,
+        },
+    })
+}
+
+/// Start a watch: returns the receiving end of the chunk stream (the task ends when the client goes
+/// away, the timeout passes, watches are dropped, or the server shuts down). See [`plan`] for
+/// where it starts.
+///
+/// # Errors
+/// 400 for a malformed resourceVersion, 504 for a streaming list from a future resourceVersion.
+pub fn start(
+    shared: Arc<Shared>,
+    p: WatchParams,
+) -> Result<mpsc::Receiver<Result<Bytes, std::io::Error>>, ApiError> {
+    let plan = plan(&p, shared.store().resource_version())?;
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     let mut rv_rx = shared.rv_tx.subscribe();
     let mut drop_rx = shared.drop_tx.subscribe();
@@ -143,32 +195,27 @@ pub fn start(
             tx,
             buf: Vec::new(),
         };
-        let initial = from.is_none() || p.send_initial_events;
         let (mut last, first): (u64, Vec<Arc<StoredObject>>) = {
             let store = shared.store();
-            match from {
-                Some(rv) if !p.send_initial_events => (rv, Vec::new()),
-                _ => (
-                    store.resource_version(),
-                    store.stored(p.resource, ns).cloned().collect(),
-                ),
+            let current = store.resource_version();
+            match (plan.initial, plan.from) {
+                (true, _) => (current, store.stored(p.resource, ns).cloned().collect()),
+                (false, Some(rv)) => (rv, Vec::new()),
+                (false, None) => (current, Vec::new()),
             }
         };
-        if initial {
-            for o in first.iter().filter(|o| p.selector.matches_object(o)) {
-                if !out.push(&event_line("ADDED", o)).await {
-                    return;
-                }
-            }
-            drop(first);
-            if p.send_initial_events
-                && p.bookmarks
-                && !out
-                    .push(&line("BOOKMARK", &bookmark(p.resource, last, true)))
-                    .await
-            {
+        for o in first.iter().filter(|o| p.selector.matches_object(o)) {
+            if !out.push(&event_line("ADDED", o)).await {
                 return;
             }
+        }
+        drop(first);
+        if plan.end_bookmark
+            && !out
+                .push(&line("BOOKMARK", &bookmark(p.resource, last, true)))
+                .await
+        {
+            return;
         }
         loop {
             let batch = {
