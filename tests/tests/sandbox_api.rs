@@ -1636,3 +1636,156 @@ async fn small_history_gives_410_for_older_versions() {
     assert_eq!((code, reason.as_str()), (410, "Expired"));
     sb.shutdown().await;
 }
+
+/// The `sandbox-apiserver` process: 1,000 copies of a real AWS Node from `--replicate`, the
+/// summary, a late write injected through the admin API, every flag in `--help`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apiserver_process_replicates_nodes_and_takes_admin_faults() {
+    let bin = env!("CARGO_BIN_EXE_sandbox-apiserver");
+    let help = std::process::Command::new(bin)
+        .arg("--help")
+        .output()
+        .expect("help");
+    let help = String::from_utf8_lossy(&help.stdout).into_owned();
+    for flag in [
+        "--listen",
+        "--nodes",
+        "--replicate",
+        "--history-limit",
+        "--request-log-size",
+        "--request-body-limit",
+        "--bookmark-interval-ms",
+        "--delay-ms",
+        "--no-watch-list",
+        "--admin",
+    ] {
+        assert!(help.contains(flag), "{flag} in --help:\n{help}");
+    }
+    let fixture = format!(
+        "{}/../fixtures/nodes/05-aws-4nodes-no-podcidr.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    /// Kills the process when the test ends, passing or not.
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Kill(
+        std::process::Command::new(bin)
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--admin",
+                "--history-limit",
+                "50",
+            ])
+            .args(["--request-log-size", "10", "--no-watch-list"])
+            .args([
+                "--replicate",
+                &format!("{fixture}:1:1000"),
+                "--replicate",
+                &format!("{fixture}:0:2:extra"),
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn"),
+    );
+    let stdout = child.0.stdout.take().expect("stdout");
+    let line = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::task::spawn_blocking(move || {
+            use std::io::BufRead;
+            let mut line = String::new();
+            std::io::BufReader::new(stdout)
+                .read_line(&mut line)
+                .map(|_| line)
+        }),
+    )
+    .await
+    .expect("started in time")
+    .expect("task")
+    .expect("a line");
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .expect("url")
+        .to_owned();
+    let client =
+        kube::Client::try_from(kube::Config::new(url.parse().expect("uri"))).expect("client");
+    let nodes: Api<Node> = Api::all(client.clone());
+    let summary = |client: kube::Client| async move {
+        let req = axum::http::Request::get("/sandbox/summary")
+            .body(Vec::new())
+            .expect("request");
+        client.request::<Value>(req).await.expect("summary")
+    };
+    let s = summary(client.clone()).await;
+    assert_eq!(s["nodes"], 1002);
+    assert_eq!(s["nodesWithPodCIDRs"], 0);
+    let page = nodes
+        .list(&ListParams::default().limit(500))
+        .await
+        .expect("list");
+    assert_eq!(page.items.len(), 500);
+    assert_eq!(page.metadata.remaining_item_count, Some(502));
+    let copy = nodes.get("node-999").await.expect("copy");
+    let other = nodes.get("node-0").await.expect("copy");
+    assert_ne!(copy.metadata.uid, other.metadata.uid);
+    assert!(
+        copy.spec
+            .as_ref()
+            .and_then(|s| s.pod_cidr.as_ref())
+            .is_none()
+    );
+    nodes.get("extra-1").await.expect("second --replicate");
+    // A late write through the admin API.
+    let rule = json!({"verb": "patch", "resource": "nodes", "name": "node-7",
+        "lateWrite": {"commitAfterMs": 200, "answer": "drop"}});
+    let req = axum::http::Request::post("/sandbox/faults")
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&rule).expect("json"))
+        .expect("request");
+    client.request::<Value>(req).await.expect("fault injected");
+    let mut cfg = kube::Config::new(url.parse().expect("uri"));
+    cfg.default_retry = false;
+    let no_retry: Api<Node> = Api::all(kube::Client::try_from(cfg).expect("client"));
+    let patch = json!({"spec": {"podCIDRs": ["10.5.0.0/24"]}});
+    let r = no_retry
+        .patch("node-7", &PatchParams::default(), &Patch::Strategic(&patch))
+        .await;
+    assert!(
+        matches!(&r, Err(e) if !matches!(e, kube::Error::Api(_))),
+        "{r:?}"
+    );
+    let mut served = false;
+    for _ in 0..100 {
+        let s = summary(client.clone()).await;
+        if s["nodesWithPodCIDRs"] == 1 {
+            assert_eq!(s["patches"], 1);
+            assert_eq!(s["lists"], 1);
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(served, "the late write was committed");
+    // --no-watch-list: a streaming list is refused.
+    let refused = nodes
+        .watch(&WatchParams::streaming_lists().timeout(5), "")
+        .await;
+    assert!(
+        matches!(refused, Err(kube::Error::Api(ref s)) if s.code == 422),
+        "{:?}",
+        refused.err()
+    );
+    // --request-log-size 10: the log is a ring.
+    let req = axum::http::Request::get("/sandbox/requests")
+        .body(Vec::new())
+        .expect("request");
+    let log: Vec<Value> = client.request(req).await.expect("log");
+    assert!(log.len() <= 10, "{}", log.len());
+    drop(child);
+}

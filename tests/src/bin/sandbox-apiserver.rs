@@ -1,30 +1,91 @@
-//! Run the sandbox API server for local demos:
-//! `sandbox-apiserver --listen 127.0.0.1:8001 --nodes fixtures/nodes/05-aws-4nodes-no-podcidr.json`.
+//! The sandbox Kubernetes API server as a process, for local demos, the scale benchmark and peer
+//! controllers in other languages (plain HTTP on 127.0.0.1 only, no authentication).
 //!
-//! Admin endpoints: `GET/DELETE /sandbox/requests`, `POST/DELETE /sandbox/faults`,
-//! `POST /sandbox/delay {"ms":N}`, `POST /sandbox/drop-watches`, `POST /sandbox/compact`.
-//! In `GET /sandbox/requests`, `"status": null` marks a request that was not answered (still in
-//! flight, or its client gave up first).
+//! ```text
+//! sandbox-apiserver --listen 127.0.0.1:8001 --nodes fixtures/nodes/05-aws-4nodes-no-podcidr.json
+//! sandbox-apiserver --listen 127.0.0.1:8001 --admin --history-limit 1000 --request-log-size 2000 \
+//!     --replicate fixtures/nodes/05-aws-4nodes-no-podcidr.json:1:50000
+//! ```
+//!
+//! Flags (all also in `--help`):
+//! - `--listen ADDR` (default `127.0.0.1:8001`; must be on 127.0.0.1; port 0 picks one; the line
+//!   `sandbox API server listening on http://…` on stdout says where);
+//! - `--nodes FILE`: a NodeList JSON file loaded as the initial Nodes;
+//! - `--replicate FILE:INDEX:COUNT[:PREFIX]` (repeatable): COUNT copies of `items[INDEX]` of FILE,
+//!   named `PREFIX-0…PREFIX-(COUNT−1)` (default PREFIX `node` for the first flag, `node<k>` for
+//!   the k-th), each with a new uid and without podCIDRs;
+//! - `--history-limit N` (default 1000): changes kept for watches and continue tokens; older
+//!   resourceVersions get 410 Expired;
+//! - `--request-log-size N` (default 100000): requests kept in the log (a ring);
+//! - `--request-body-limit BYTES` (default 16384): largest body the log keeps;
+//! - `--bookmark-interval-ms MS` (default 5000): idle time before a watch with
+//!   `allowWatchBookmarks` gets a BOOKMARK;
+//! - `--delay-ms MS` (default 0): delay added to every response (changeable via the admin API);
+//! - `--no-watch-list`: answer streaming lists (`sendInitialEvents=true`) as a server with the
+//!   WatchList feature off does (422 Invalid), so clients fall back to a paged LIST;
+//! - `--admin`: serve the admin endpoints below.
+//!
+//! Admin endpoints (only with `--admin`):
+//! - `GET /sandbox/summary` ⇒ `{"nodes":N,"nodesWithPodCIDRs":M,"patches":P,"lists":L,
+//!   "watches":W,"gone410":G,"resourceVersion":RV}` (cheap: no Node is read);
+//! - `GET /sandbox/requests` (the request log; `"status": null` = not answered: still in flight,
+//!   the client gave up, or the connection was dropped; `late_write` = what a late write did),
+//!   `DELETE /sandbox/requests`;
+//! - `POST /sandbox/faults` with a rule `{"verb":"patch","resource":"nodes","name":"n1","times":1,
+//!   …action}` where the action is one of `"status":C`, `"retryAfterSeconds":S`, `"hangMs":MS`,
+//!   `"delayMs":MS`, `"commitThenStatus":C`, `"commitThenHangMs":MS`,
+//!   `"lateWrite":{"commitAfterMs":MS,"answer":"timeout","answerAfterMs":MS}` or
+//!   `"lateWrite":{"commitAfterMs":MS,"answer":"drop"}` (verb, resource, name optional = any);
+//!   `GET /sandbox/faults` ⇒ `{"pending":N}` (firings left); `DELETE /sandbox/faults`;
+//! - `POST /sandbox/delay {"ms":N}`, `POST /sandbox/drop-watches`, `POST /sandbox/compact`.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
-use nodeipam_tests::sandbox::{Sandbox, SandboxOptions};
+use nodeipam_tests::sandbox::log::{DEFAULT_REQUEST_BODY_LIMIT, DEFAULT_REQUEST_LOG_CAPACITY};
+use nodeipam_tests::sandbox::{Replicas, Sandbox, SandboxOptions};
 
-/// Sandbox Kubernetes API server (plain HTTP on 127.0.0.1 only).
+/// Sandbox Kubernetes API server (plain HTTP on 127.0.0.1 only, no authentication).
 #[derive(Debug, Parser)]
+#[command(name = "sandbox-apiserver")]
 struct Args {
-    /// Address to listen on; must be 127.0.0.1.
+    /// Address to listen on; must be on 127.0.0.1 (port 0 picks a free one).
     #[arg(long, default_value = "127.0.0.1:8001")]
     listen: SocketAddr,
     /// NodeList JSON file loaded as the initial Nodes.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     nodes: Option<PathBuf>,
-    /// Changes kept for watches; older resourceVersions get 410 Expired.
-    #[arg(long, default_value_t = 1000)]
+    /// Load COUNT copies of `items[INDEX]` of the NodeList in FILE, named PREFIX-0 … PREFIX-(COUNT-1)
+    /// (default PREFIX: node, node1, node2 … for the 1st, 2nd, 3rd flag), each with a new uid and
+    /// without podCIDRs. Repeatable.
+    #[arg(long, value_name = "FILE:INDEX:COUNT[:PREFIX]")]
+    replicate: Vec<String>,
+    /// Changes kept for watches and continue tokens; older resourceVersions get 410 Expired.
+    #[arg(long, default_value_t = 1000, value_name = "N")]
     history_limit: usize,
+    /// Requests kept in the request log (a ring: the oldest are dropped).
+    #[arg(long, default_value_t = DEFAULT_REQUEST_LOG_CAPACITY, value_name = "N")]
+    request_log_size: usize,
+    /// Largest request body kept in the request log, in bytes.
+    #[arg(long, default_value_t = DEFAULT_REQUEST_BODY_LIMIT, value_name = "BYTES")]
+    request_body_limit: usize,
+    /// Idle time before a watch with allowWatchBookmarks gets a BOOKMARK, in milliseconds.
+    #[arg(long, default_value_t = 5000, value_name = "MS")]
+    bookmark_interval_ms: u64,
+    /// Delay added to every response, in milliseconds (changeable with POST /sandbox/delay).
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    delay_ms: u64,
+    /// Answer streaming lists (watch with sendInitialEvents=true) as a server with the WatchList
+    /// feature off: 422 Invalid, so clients fall back to a paged LIST.
+    #[arg(long)]
+    no_watch_list: bool,
+    /// Serve the /sandbox/... admin endpoints (summary, request log, faults incl. late writes,
+    /// delay, drop-watches, compact).
+    #[arg(long)]
+    admin: bool,
 }
 
 #[tokio::main]
@@ -50,11 +111,31 @@ async fn main() -> ExitCode {
         },
         None => serde_json::Value::Null,
     };
+    let mut replicas = Vec::new();
+    for (k, arg) in args.replicate.iter().enumerate() {
+        let prefix = if k == 0 {
+            "node".to_owned()
+        } else {
+            format!("node{k}")
+        };
+        match Replicas::parse_arg(arg, &prefix) {
+            Ok(r) => replicas.push(r),
+            Err(e) => {
+                eprintln!("error: --replicate {arg}: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     let options = SandboxOptions {
         port: args.listen.port(),
         history_limit: args.history_limit,
-        admin_endpoints: true,
-        ..SandboxOptions::default()
+        bookmark_interval: Duration::from_millis(args.bookmark_interval_ms),
+        admin_endpoints: args.admin,
+        request_log_limit: args.request_log_size,
+        request_body_limit: args.request_body_limit,
+        watch_list: !args.no_watch_list,
+        replicas,
+        delay: Duration::from_millis(args.delay_ms),
     };
     let sandbox = match Sandbox::try_start(initial, options).await {
         Ok(s) => s,
@@ -66,9 +147,25 @@ async fn main() -> ExitCode {
     println!(
         "sandbox API server listening on {} ({} nodes)",
         sandbox.url(),
-        sandbox.nodes().len()
+        sandbox.summary().nodes
     );
-    let _ = tokio::signal::ctrl_c().await;
+    stopped().await;
     sandbox.shutdown().await;
     ExitCode::SUCCESS
+}
+
+/// Ctrl-C (SIGINT) or SIGTERM.
+async fn stopped() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }

@@ -1,13 +1,28 @@
-//! A sandbox Kubernetes API server for end-to-end tests.
+//! A sandbox Kubernetes API server for end-to-end, chaos and scale tests.
 //!
 //! It serves Nodes, `coordination.k8s.io/v1` Leases and `events.k8s.io/v1` (and core `v1`)
-//! Events over plain HTTP/1.1 on `127.0.0.1`, and enforces the API rules a node IPAM controller
-//! depends on: a global monotonically increasing resourceVersion, LIST pagination and
-//! resourceVersion semantics, WATCH from a resourceVersion with bookmarks and `410 Expired`,
-//! `409 Conflict` on stale writes, `422 Invalid` for Node podCIDR rules, finalizers, strategic /
-//! merge / JSON patches, and server-side apply with field ownership (enough for
-//! kube-lease-manager). Faults (errors, 429, hangs, delays, dropped watches) can be injected, and
-//! every request is logged when it is received (also one whose client gives up before the answer).
+//! Events over plain HTTP/1.1 on `127.0.0.1`, and enforces the kube-apiserver rules a node IPAM
+//! controller depends on, each citing its upstream source where it is implemented:
+//! - a global, monotonically increasing resourceVersion; LIST with resourceVersion semantics,
+//!   `limit`/`continue` served from consistent snapshots ([`list`]), selectors; WATCH from a
+//!   resourceVersion, bookmarks, streaming lists with the `k8s.io/initial-events-end` bookmark,
+//!   `410 Expired` for versions older than the (configurable) history ([`watch`]);
+//! - list/watch options decoded and validated as `ValidateListOptions` ([`options`]), `Accept`
+//!   negotiation with 406 ([`negotiate`]);
+//! - writes through kube-apiserver's update rules ([`update`], [`mod@write`]): `409 Conflict` on a
+//!   stale resourceVersion or a PUT uid precondition, `422 Invalid` for immutable metadata (a
+//!   PATCH carrying another uid), Node podCIDR rules, finalizers; no-op writes keep their
+//!   resourceVersion; strategic / merge / JSON patches and server-side apply with field ownership
+//!   (enough for kube-lease-manager);
+//! - faults ([`FaultAction`]): errors, 429, hangs, delays, commit-then-fail and late writes
+//!   (committed after the client got a timeout or lost its connection); dropped watches.
+//!
+//! For tests it offers the request log (every request, logged on arrival, a bounded ring:
+//! [`SandboxHandle::requests`]), a commit observer that sees every committed write in order
+//! ([`SandboxHandle::on_commit`]), Node counters ([`SandboxHandle::summary`]) and direct
+//! mutations. Objects are stored serialized once and shared ([`object`]), so 50,000 real Nodes
+//! ([`Replicas`]) fit comfortably. The `sandbox-apiserver` binary runs it as a process with the
+//! same features behind flags and `/sandbox/...` admin endpoints (see its docs).
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -30,6 +45,7 @@ pub mod nodes;
 pub mod object;
 pub mod options;
 pub mod patch;
+pub mod replicate;
 pub mod resource;
 pub mod select;
 pub mod server;
@@ -50,7 +66,9 @@ use tokio::sync::watch as tokio_watch;
 
 pub use faults::{FaultAction, FaultRule, LateAnswer};
 pub use log::{LateWriteOutcome, RequestRecord};
+pub use replicate::Replicas;
 pub use resource::{Resource, Verb};
+pub use server::Summary;
 pub use status::{ApiError, Cause};
 pub use store::{ChangeType, Commit, CommitObserver, Key, NodeStats};
 pub use write::PatchType;
@@ -86,6 +104,10 @@ pub struct SandboxOptions {
     /// feature gate is enabled` (`ValidateListOptions`, see [`options`]) — so a client's fallback
     /// to a paged LIST can be tested.
     pub watch_list: bool,
+    /// Copies of real Nodes loaded after the initial NodeList ([`Replicas`]).
+    pub replicas: Vec<Replicas>,
+    /// Delay added to every response from the start (see [`SandboxHandle::set_delay`]).
+    pub delay: Duration,
 }
 
 impl Default for SandboxOptions {
@@ -98,6 +120,8 @@ impl Default for SandboxOptions {
             request_log_limit: log::DEFAULT_REQUEST_LOG_CAPACITY,
             request_body_limit: log::DEFAULT_REQUEST_BODY_LIMIT,
             watch_list: true,
+            replicas: Vec::new(),
+            delay: Duration::ZERO,
         }
     }
 }
@@ -166,6 +190,14 @@ impl Sandbox {
         store
             .load(Resource::Nodes, &items)
             .map_err(StartError::Initial)?;
+        for r in &options.replicas {
+            for i in 0..r.count {
+                store
+                    .load_one(Resource::Nodes, r.node(i))
+                    .map_err(StartError::Initial)?;
+            }
+        }
+        store.end_load();
         let rv = store.resource_version();
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", options.port))
             .await
@@ -183,7 +215,7 @@ impl Sandbox {
             drop_tx: tokio_watch::Sender::new(0),
             shutdown_tx: tokio_watch::Sender::new(false),
             faults: Mutex::new(Vec::new()),
-            delay: Mutex::new(Duration::ZERO),
+            delay: Mutex::new(options.delay),
             log: Mutex::new(RequestLog::new(
                 options.request_log_limit,
                 options.request_body_limit,
@@ -309,6 +341,11 @@ impl SandboxHandle {
         self.store()
             .get(&Key::new(Resource::Nodes, "", name))
             .map(|o| o.to_value())
+    }
+
+    /// The summary `GET /sandbox/summary` answers (counts only, no Node is read).
+    pub fn summary(&self) -> Summary {
+        self.shared.summary()
     }
 
     /// Node counters (number of Nodes, Nodes with podCIDRs), without reading the Nodes.

@@ -69,6 +69,49 @@ pub struct Stats {
     pub gone410: AtomicU64,
 }
 
+/// The cheap summary `GET /sandbox/summary` answers, so a benchmark can poll "all served" without
+/// listing the Nodes: `{"nodes":N,"nodesWithPodCIDRs":M,"patches":P,"lists":L,"watches":W,
+/// "gone410":G,"resourceVersion":RV}` (request counters as [`Stats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Summary {
+    /// Nodes stored.
+    pub nodes: usize,
+    /// Nodes with at least one `spec.podCIDRs` entry.
+    #[serde(rename = "nodesWithPodCIDRs")]
+    pub nodes_with_pod_cidrs: usize,
+    /// Node PATCH requests received.
+    pub patches: u64,
+    /// Node LIST requests received (every page).
+    pub lists: u64,
+    /// Node WATCH requests received.
+    pub watches: u64,
+    /// 410 answers and in-stream ERROR 410 events on Node lists/watches.
+    pub gone410: u64,
+    /// Current resourceVersion.
+    #[serde(rename = "resourceVersion")]
+    pub resource_version: u64,
+}
+
+impl Shared {
+    /// The summary (one short store lock).
+    pub fn summary(&self) -> Summary {
+        let (stats, rv) = {
+            let store = self.store();
+            (store.node_stats(), store.resource_version())
+        };
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        Summary {
+            nodes: stats.nodes,
+            nodes_with_pod_cidrs: stats.with_pod_cidrs,
+            patches: get(&self.stats.patches),
+            lists: get(&self.stats.lists),
+            watches: get(&self.stats.watches),
+            gone410: get(&self.stats.gone410),
+            resource_version: rv,
+        }
+    }
+}
+
 impl Stats {
     fn count(&self, verb: Verb, resource: Resource) {
         if resource != Resource::Nodes {
@@ -743,6 +786,19 @@ fn admin(shared: &Arc<Shared>, method: &Method, path: &str, body: &[u8]) -> Resp
         ("POST", "/sandbox/compact") => {
             shared.store().compact();
             Ok(json!({}))
+        }
+        ("GET", "/sandbox/summary") => {
+            serde_json::to_value(shared.summary()).map_err(|e| ApiError::internal(e.to_string()))
+        }
+        ("GET", "/sandbox/faults") => {
+            let pending = shared
+                .faults
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .map(|r| r.times)
+                .sum::<usize>();
+            Ok(json!({"pending": pending}))
         }
         _ => Err(ApiError::no_route(path)),
     };

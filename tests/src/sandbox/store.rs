@@ -4,7 +4,7 @@
 //!
 //! Every object version is an `Arc<StoredObject>` ([`super::object`]) serialized once when written;
 //! the store, list snapshots and the history share them. Every committed change goes through
-//! [`Store::commit`], which keeps the objects, the history, the Node counters and the commit
+//! `Store::commit`, which keeps the objects, the history, the Node counters and the commit
 //! observers in step.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};

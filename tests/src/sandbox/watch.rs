@@ -171,7 +171,7 @@ fn plan(p: &WatchParams, current: u64) -> Result<Plan, ApiError> {
 }
 
 /// Start a watch: returns the receiving end of the chunk stream (the task ends when the client goes
-/// away, the timeout passes, watches are dropped, or the server shuts down). See [`plan`] for
+/// away, the timeout passes, watches are dropped, or the server shuts down). See `plan` for
 /// where it starts.
 ///
 /// # Errors

@@ -107,14 +107,22 @@ impl Store {
         for item in items {
             self.load_one(res, item.clone())?;
         }
-        self.compacted_rv = self.rv;
-        self.history.clear();
-        self.snapshots.clear();
+        self.end_load();
         Ok(())
     }
 
-    /// Load one object (see [`Store::load`]); the caller ends the load by resetting the history.
-    pub(super) fn load_one(&mut self, res: Resource, mut obj: Value) -> Result<(), ApiError> {
+    /// End a load: the history starts after the loaded objects.
+    pub fn end_load(&mut self) {
+        self.compacted_rv = self.rv;
+        self.history.clear();
+        self.snapshots.clear();
+    }
+
+    /// Load one object (see [`Store::load`]); end the load with [`Store::end_load`].
+    ///
+    /// # Errors
+    /// As [`Store::load`].
+    pub fn load_one(&mut self, res: Resource, mut obj: Value) -> Result<(), ApiError> {
         if !obj.is_object() {
             return Err(ApiError::bad_request("list item is not an object"));
         }
