@@ -1789,3 +1789,174 @@ async fn apiserver_process_replicates_nodes_and_takes_admin_faults() {
     assert!(log.len() <= 10, "{}", log.len());
     drop(child);
 }
+
+/// `(VmHWM kB, VmRSS kB, CPU seconds user+system)` of a process, from `/proc/PID/status` and
+/// `/proc/PID/stat` (clock ticks at the usual 100 Hz).
+fn process_usage(pid: u32) -> (u64, u64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kb = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the `(comm)`: state is field 3, utime 14, stime 15.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let cpu = (ticks(11) + ticks(12)) as f64 / 100.0;
+    (kb("VmHWM:"), kb("VmRSS:"), cpu)
+}
+
+/// The scale driver (not a test: `#[ignore]`d, no timing assertions). Starts `sandbox-apiserver`
+/// as its own process with N copies of the second AWS Node of fixture 05 (`--replicate`), then
+/// does what a controller does: a paged LIST (limit 500), a WATCH from the list's
+/// resourceVersion, and a PATCH of every Node's podCIDRs with 30 requests in flight; it waits
+/// until the watch has seen every change and `GET /sandbox/summary` says every Node is served,
+/// and prints the sandbox process's peak memory (VmHWM) and CPU time at each phase.
+///
+/// ```text
+/// cargo build -p nodeipam-tests --release --bin sandbox-apiserver
+/// SANDBOX_SCALE_BIN=target/release/sandbox-apiserver SANDBOX_SCALE_NODES=50000 \
+///   cargo test -p nodeipam-tests --test sandbox_api -- --ignored scale_driver --nocapture
+/// ```
+/// `SANDBOX_SCALE_BIN` defaults to the test build's binary, `SANDBOX_SCALE_NODES` to 50000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "scale benchmark, run by hand (see its doc)"]
+async fn scale_driver() {
+    use futures::stream;
+    let count: usize = std::env::var("SANDBOX_SCALE_NODES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50_000);
+    let bin = std::env::var("SANDBOX_SCALE_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_sandbox-apiserver").to_owned());
+    let fixture = format!(
+        "{}/../fixtures/nodes/05-aws-4nodes-no-podcidr.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let started = std::time::Instant::now();
+    let mut child = Kill(
+        std::process::Command::new(&bin)
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--admin",
+                "--request-log-size",
+                "1000",
+            ])
+            .args(["--replicate", &format!("{fixture}:1:{count}")])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn"),
+    );
+    let pid = child.0.id();
+    let stdout = child.0.stdout.take().expect("stdout");
+    let line = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        let mut line = String::new();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .map(|_| line)
+    })
+    .await
+    .expect("task")
+    .expect("a line");
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .expect("url")
+        .to_owned();
+    let report = |phase: &str| {
+        let (hwm, rss, cpu) = process_usage(pid);
+        println!(
+            "{phase:<28} VmHWM {:>7.1} MiB  VmRSS {:>7.1} MiB  sandbox CPU {cpu:>6.1} s  (wall {:>6.1} s)",
+            hwm as f64 / 1024.0,
+            rss as f64 / 1024.0,
+            started.elapsed().as_secs_f64()
+        );
+    };
+    report(&format!("loaded {count} Nodes"));
+    let client =
+        kube::Client::try_from(kube::Config::new(url.parse().expect("uri"))).expect("client");
+    let nodes: Api<Node> = Api::all(client.clone());
+    // Paged LIST, as a reflector does.
+    let mut names = Vec::with_capacity(count);
+    let mut token: Option<String> = None;
+    let list_rv = loop {
+        let mut lp = ListParams::default().limit(500);
+        if let Some(t) = &token {
+            lp = lp.continue_token(t);
+        }
+        let page = nodes.list(&lp).await.expect("page");
+        names.extend(page.items.iter().map(ResourceExt::name_any));
+        token = page.metadata.continue_.filter(|t| !t.is_empty());
+        if token.is_none() {
+            break page.metadata.resource_version.expect("rv");
+        }
+    };
+    assert_eq!(names.len(), count);
+    report("paged LIST (500/page)");
+    // WATCH from the list's resourceVersion, counting MODIFIED events.
+    let mut watch = nodes
+        .watch(&WatchParams::default().timeout(290), &list_rv)
+        .await
+        .expect("watch")
+        .boxed();
+    let watcher = tokio::spawn(async move {
+        let mut modified = 0usize;
+        while modified < count {
+            match watch.try_next().await {
+                Ok(Some(WatchEvent::Modified(_))) => modified += 1,
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => break,
+            }
+        }
+        modified
+    });
+    // PATCH every Node, 30 in flight.
+    let results: Vec<bool> = stream::iter(names.iter().enumerate())
+        .map(|(i, name)| {
+            let nodes = nodes.clone();
+            async move {
+                let cidr = format!("10.{}.{}.0/24", i / 256, i % 256);
+                let patch = json!({"spec": {"podCIDR": cidr, "podCIDRs": [cidr]}});
+                nodes
+                    .patch(name, &PatchParams::default(), &Patch::Strategic(&patch))
+                    .await
+                    .is_ok()
+            }
+        })
+        .buffer_unordered(30)
+        .collect()
+        .await;
+    assert!(results.iter().all(|ok| *ok), "every PATCH succeeded");
+    report("PATCHed all (30 in flight)");
+    let modified = tokio::time::timeout(Duration::from_secs(600), watcher)
+        .await
+        .expect("watch events in time")
+        .expect("watch task");
+    assert_eq!(modified, count, "the watch saw every change");
+    report("WATCH saw every MODIFIED");
+    let req = axum::http::Request::get("/sandbox/summary")
+        .body(Vec::new())
+        .expect("request");
+    let summary: Value = client.request(req).await.expect("summary");
+    println!("summary: {summary}");
+    assert_eq!(summary["nodesWithPodCIDRs"], count);
+    drop(child);
+}

@@ -34,7 +34,9 @@ pub enum FaultAction {
     /// write pins the uid) or got other podCIDRs meanwhile, the write fails, and the failure is
     /// only visible in the request log ([`super::RequestRecord::late_write`]); a success is a
     /// normal commit (watch event, commit observers). The client gets `answer` instead of the
-    /// result.
+    /// result. The response delay ([`super::SandboxHandle::set_delay`]) does not apply: both
+    /// times count from the arrival. Meant for writes; another verb is run late too and its
+    /// result dropped.
     LateWrite {
         /// Time from the request's arrival to the commit.
         commit_after: Duration,

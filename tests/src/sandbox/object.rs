@@ -54,7 +54,9 @@ impl StoredObject {
     pub fn new(key: Key, rv: u64, value: &Value, managed: Vec<ManagedEntry>) -> Arc<Self> {
         let empty = Map::new();
         let map = value.as_object().unwrap_or(&empty);
-        let item = serde_json::to_vec(&WithoutTypeMeta(map)).unwrap_or_else(|_| b"{}".to_vec());
+        let mut item = serde_json::to_vec(&WithoutTypeMeta(map)).unwrap_or_else(|_| b"{}".to_vec());
+        // `to_vec` grows by doubling: do not keep up to twice the JSON for the object's life.
+        item.shrink_to_fit();
         let meta = |f: &str| value.get("metadata").and_then(|m| m.get(f));
         Arc::new(StoredObject {
             uid: meta("uid")
