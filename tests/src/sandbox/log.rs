@@ -3,7 +3,8 @@
 //! A resource request is logged as soon as it has been received (its body read, its resource and
 //! verb known; before any delay or fault), with `status: None`; the status is filled in when the
 //! answer is produced. A request whose client gives up first stays with `status: None`, so the
-//! log shows every request, answered or not. The ring keeps the last
+//! log shows every request, answered or not (admin requests under `/sandbox/` are not logged).
+//! The ring keeps the last
 //! [`RequestLog::capacity`] records (older ones are dropped, oldest first) and a body only up to
 //! [`RequestLog::body_limit`] bytes, so a long run cannot grow it without bound.
 
