@@ -199,9 +199,8 @@ impl Shared {
             }
             _ => {}
         }
-        for event in &decision.events {
-            self.publish(name, uid, event).await;
-        }
+        // Bookkeeping first, I/O last: a block freed while this Node's events are being published
+        // must already find it among the waiting Nodes.
         if pool_changed {
             self.report_pool();
         }
@@ -226,6 +225,9 @@ impl Shared {
             }
             // Handled by the caller: it re-reads the Node.
             Next::Reread => {}
+        }
+        for event in &decision.events {
+            self.publish(name, uid, event).await;
         }
     }
 

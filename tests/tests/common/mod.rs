@@ -79,7 +79,11 @@ pub struct Running {
 /// Starts `run(config, client, shutdown)` on the sandbox.
 pub fn spawn(sb: &SandboxHandle, config: ControllerConfig) -> Running {
     let health = config.health.clone();
-    let client = sb.client();
+    // The controller's own client configuration (no automatic retries, our User-Agent), not the
+    // sandbox's convenience client: kube's retry layer would re-send a PATCH that timed out and
+    // hide the very outcomes these tests are about.
+    let client = nodeipam::controller::client_for_url(&sb.url())
+        .unwrap_or_else(|e| panic!("client for the sandbox: {e}"));
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(run(config, client, async move {
         let _ = stopped.await;
