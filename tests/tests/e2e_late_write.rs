@@ -119,7 +119,7 @@ async fn late_write_never_gives_its_block_to_another_node(answer: LateAnswer) {
         "LATE was only ever sent its own block: {sent:?}"
     );
     assert!(
-        node_patches(&sb).get(WAITING).is_none(),
+        !node_patches(&sb).contains_key(WAITING),
         "WAITING was never sent a block"
     );
     let summary = controller.stop().await;
@@ -183,7 +183,7 @@ async fn late_write_cannot_land_on_a_recreated_node_of_the_same_name() {
     let controller = spawn(&sb, config);
     controller.wait_allocating(&sb).await;
     assert!(
-        sb.wait_until(WAIT, |sb| late_write_outcomes(sb, LATE).first().is_some())
+        sb.wait_until(WAIT, |sb| !late_write_outcomes(sb, LATE).is_empty())
             .await
     );
     let old_uid = sb.node(LATE).unwrap()["metadata"]["uid"].clone();
