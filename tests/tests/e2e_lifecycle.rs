@@ -364,3 +364,44 @@ async fn leader_election_only_the_leader_allocates() {
     check_end_state(&sb, &ipam, &[], &summary);
     sb.shutdown().await;
 }
+
+/// A leader whose Lease is taken away (here: deleted by someone else) stops allocating at once,
+/// fails its health check, and `run` returns an error — the process exits non-zero, as
+/// kube-controller-manager does when it loses leadership, instead of allocating without a Lease.
+#[tokio::test]
+async fn a_leader_that_loses_its_lease_stops_and_fails_health() {
+    init_tracing();
+    let file = "10-minikube-single-node-no-podcidr.json";
+    let sb = Sandbox::start(fixture(file)).await;
+    let template = template_node(file);
+    let ipam = ipam("10.244.0.0/16", "", masks(None, None, None));
+    let mut config = fast_config(ipam);
+    config.leader_election = Some(election("only-instance"));
+    let controller = spawn(&sb, config);
+    controller.wait_allocating(&sb).await;
+    assert!(sb.wait_until(WAIT, |sb| unserved(sb).is_empty()).await);
+    let health = controller.health.clone();
+    assert!(health.is_alive());
+
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(sb.client(), "kube-system");
+    leases
+        .delete("nodeipam-controller", &Default::default())
+        .await
+        .unwrap();
+    let result = controller.ended().await;
+    assert!(
+        matches!(
+            result,
+            Err(nodeipam::Error::LeaderElection(_) | nodeipam::Error::LeadershipLost)
+        ),
+        "{result:?}"
+    );
+    assert!(!health.is_alive(), "/healthz fails after the Lease is lost");
+    assert!(!health.is_leading());
+    // Nothing is allocated any more.
+    sb.create_node(node_like(&template, "after-loss")).unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(unserved(&sb).contains(&"after-loss".to_owned()));
+    sb.shutdown().await;
+}

@@ -356,16 +356,20 @@ pub async fn run(
         }
         Ok(Err(e)) => {
             tracing::error!(error = %e, "lost the Lease; stopped allocating");
+            health.set_failed(format!("leader election: {e}"));
             return Err(Error::LeaderElection(e));
         }
         Err(e) => {
-            return Err(Error::TaskFailed {
+            let error = Error::TaskFailed {
                 task: "leader election",
                 reason: e.to_string(),
-            });
+            };
+            health.set_failed(error.to_string());
+            return Err(error);
         }
     }
     if lost {
+        health.set_failed("leader election: lost the Lease");
         return Err(Error::LeadershipLost);
     }
     summary

@@ -107,6 +107,15 @@ impl Running {
         self.task.is_finished()
     }
 
+    /// Waits (bounded) for the controller to stop on its own, and returns how it ended.
+    pub async fn ended(self) -> Result<RunSummary, nodeipam::Error> {
+        match tokio::time::timeout(WAIT, self.task).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(e)) => panic!("controller task panicked: {e}"),
+            Err(_) => panic!("controller did not stop by itself within {WAIT:?}"),
+        }
+    }
+
     /// Signals shutdown and returns the final summary (bounded).
     pub async fn stop(self) -> RunSummary {
         let _ = self.stop.send(());
