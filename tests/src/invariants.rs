@@ -1,4 +1,4 @@
-//! The invariants every end-to-end test checks at the end (DESIGN.md §3), computed independently
+//! The invariants every end-to-end test checks at the end (docs/DESIGN.md §3), computed independently
 //! of the controller from the Nodes the API server holds:
 //!
 //! 1. no two Nodes' podCIDRs overlap;

@@ -1,7 +1,7 @@
 //! API faults: 500s, a 429 and a 409, a timeout without the write, a timeout and a 500 *after*
 //! the write landed, failed initial lists, a dropped watch and a compaction (`410`).
 //! The controller recovers every time and never hands a block out twice; each test ends with the
-//! DESIGN.md §3 invariant check.
+//! docs/DESIGN.md §3 invariant check.
 #![allow(clippy::unwrap_used)]
 
 mod common;

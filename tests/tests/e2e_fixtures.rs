@@ -4,7 +4,7 @@
 //! Each test proves: Nodes without podCIDRs get them (exactly one PATCH each, and exactly the
 //! CIDRs `plan` predicts for the same NodeList and flags); Nodes with podCIDRs keep them
 //! byte-for-byte and get no PATCH; Nodes whose podCIDRs are unusable are skipped with a Warning
-//! event and no PATCH; the pool figures equal `plan`'s; then the DESIGN.md §3 invariants.
+//! event and no PATCH; the pool figures equal `plan`'s; then the docs/DESIGN.md §3 invariants.
 //!
 //! Config per fixture (what the cluster plausibly ran with; same table as shell/tests/plan.rs,
 //! plus service CIDRs where the distribution has a well-known default):

@@ -2,7 +2,7 @@
 //! service-overlapping podCIDRs loaded as the initial NodeList (which bypasses the API's
 //! validation), a Node deleted while its PATCH is in flight, a Node deleted and re-created under
 //! the same name, and a dropped watch plus compaction in the middle of it. Each ends with the
-//! DESIGN.md §3 invariant check and the controller still serving.
+//! docs/DESIGN.md §3 invariant check and the controller still serving.
 #![allow(clippy::unwrap_used)]
 
 mod common;

@@ -1,6 +1,6 @@
 //! The controller over time: Nodes added and deleted while it runs, an exhausted pool freed by a
 //! deletion, dual-stack with an IPv6-first existing Node under an IPv4-first config, a restart
-//! mid-run, and two instances with leader election. Each test ends with the DESIGN.md §3
+//! mid-run, and two instances with leader election. Each test ends with the docs/DESIGN.md §3
 //! invariant check.
 #![allow(clippy::unwrap_used)]
 

@@ -144,7 +144,7 @@ pub fn view(summary: &RunSummary) -> ControllerView {
     }
 }
 
-/// Ends a test: the DESIGN.md §3 invariants over the sandbox's Nodes and the controller's summary.
+/// Ends a test: the docs/DESIGN.md §3 invariants over the sandbox's Nodes and the controller's summary.
 pub fn check_end_state(
     sb: &SandboxHandle,
     ipam: &IpamConfig,
