@@ -234,9 +234,14 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> CidrSet<S> {
                 cluster_cidr: self.cluster_cidr,
             });
         }
-        let found = match self.find_free_from(self.next_candidate) {
-            Some(index) => index,
-            None => match self.find_free_from(0) {
+        let cursor = self.next_candidate;
+        // Fast path: a free block in the cursor's own bitmap word (the first step of
+        // `find_free_from`, without the call and the level loop).
+        let in_cursor_word = self.word(0, cursor / 64) & (u64::MAX << (cursor % 64));
+        let found = if in_cursor_word != 0 {
+            (cursor & !63) | in_cursor_word.trailing_zeros()
+        } else {
+            match self.find_free_wrapping(cursor) {
                 Some(index) => index,
                 // Unreachable while the counts match the bitmap; report exhaustion, change nothing.
                 None => {
@@ -244,12 +249,12 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> CidrSet<S> {
                         cluster_cidr: self.cluster_cidr,
                     });
                 }
-            },
+            }
         };
-        let tries = if found >= self.next_candidate {
-            found - self.next_candidate
+        let tries = if found >= cursor {
+            found - cursor
         } else {
-            self.block_count - self.next_candidate + found
+            self.block_count - cursor + found
         };
         self.mark_used(found);
         self.allocated_count += 1;
@@ -460,9 +465,18 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> CidrSet<S> {
         self.word(0, block_index / 64) >> (block_index % 64) & 1 == 1
     }
 
+    /// The first free block at or after `from`, else the first from block 0: `allocate_next`'s
+    /// search once the cursor's own word is full. Kept out of line so the common case stays small.
+    #[cold]
+    #[inline(never)]
+    fn find_free_wrapping(&self, from: u32) -> Option<u32> {
+        self.find_free_from(from).or_else(|| self.find_free_from(0))
+    }
+
     /// The first free block with index ≥ `from`, if any. O(levels).
     fn find_free_from(&self, from: u32) -> Option<u32> {
-        let levels = usize::from(self.levels);
+        // `levels` ≤ MAX_LEVELS by construction; the `min` lets the compiler see it.
+        let levels = usize::from(self.levels).min(MAX_LEVELS);
         let mut level = 0;
         let mut index = from;
         // Climb until a word at or after `index` has a set bit.
@@ -556,13 +570,32 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> CidrSet<S> {
     }
 
     fn mark_used(&mut self, block_index: u32) {
-        self.update_word(0, block_index / 64, 1u64 << (block_index % 64), false);
+        let word_index = block_index / 64;
+        let bit = 1u64 << (block_index % 64);
+        // Fast path: the word keeps a free block, so no summary level changes (what
+        // `update_word` would conclude after the same store).
+        if let Some(word) = self.word_mut(0, word_index)
+            && *word & !bit != 0
+        {
+            *word &= !bit;
+            return;
+        }
+        self.mark_used_emptying(word_index, bit);
+    }
+
+    /// `mark_used` when the word becomes empty (once per 64 allocations in a fill): the summary
+    /// levels change too.
+    #[cold]
+    #[inline(never)]
+    fn mark_used_emptying(&mut self, word_index: u32, bit: u64) {
+        self.update_word(0, word_index, bit, false);
     }
 
     /// Sets (`free`) or clears the `mask` bits of one word at `level`, propagating "word became
     /// empty / non-empty" to the summary levels above. Returns the number of bits that changed.
     fn update_word(&mut self, level: usize, word_index: u32, mask: u64, free: bool) -> u32 {
-        let levels = usize::from(self.levels);
+        // `levels` ≤ MAX_LEVELS by construction; the `min` lets the compiler see it.
+        let levels = usize::from(self.levels).min(MAX_LEVELS);
         let Some(word) = self.word_mut(level, word_index) else {
             return 0;
         };
