@@ -61,18 +61,16 @@ pub struct Cidr {
     prefix_len: u8,
 }
 
-/// The mask with the top `prefix_len` of `width` bits set, as a `u128` (low `width` bits used).
-/// `width` is 32 or 128 and `prefix_len` ≤ `width` (callers check), so no shift overflows.
-const fn mask_bits(width: u8, prefix_len: u8) -> u128 {
-    if prefix_len == 0 {
-        return 0;
+/// The host part of a `prefix_len`-bit network in a `width`-bit family: the low
+/// `width − prefix_len` bits set (0 ..= 128 of them). `prefix_len` ≤ `width` (callers check).
+///
+/// One variable `u128` shift: on 32-bit targets each is a long instruction sequence, so the
+/// network arithmetic below is written to need one per operation.
+const fn host_bits(width: u8, prefix_len: u8) -> u128 {
+    match u128::MAX.checked_shr(128 - (width - prefix_len) as u32) {
+        Some(host) => host,
+        None => 0,
     }
-    (u128::MAX << (128 - prefix_len as u32)) >> (128 - width as u32)
-}
-
-/// All `width` low bits set (32 or 128).
-const fn width_bits(width: u8) -> u128 {
-    u128::MAX >> (128 - width as u32)
 }
 
 const fn addr_bits(addr: &IpAddr) -> u128 {
@@ -114,7 +112,7 @@ impl Cidr {
         }
         Ok(Cidr {
             family,
-            network: addr_bits(&addr) & mask_bits(width, prefix_len),
+            network: addr_bits(&addr) & !host_bits(width, prefix_len),
             prefix_len,
         })
     }
@@ -176,8 +174,7 @@ impl Cidr {
 
     /// The last address of the range as an integer (`u128`; IPv4 in the low 32 bits).
     pub const fn last_bits(&self) -> u128 {
-        let width = self.family.max_prefix_len();
-        self.network | (!mask_bits(width, self.prefix_len) & width_bits(width))
+        self.network | host_bits(self.family.max_prefix_len(), self.prefix_len)
     }
 
     /// Whether `other` lies entirely inside `self` (same family, `self`'s prefix no longer than
@@ -192,14 +189,27 @@ impl Cidr {
         if self.prefix_len > other.prefix_len {
             return false;
         }
-        let mask = mask_bits(self.family.max_prefix_len(), self.prefix_len);
-        other.network & mask == self.network
+        // `self` has no host bits, so `other` is inside it iff the two differ only in them.
+        other.network ^ self.network <= host_bits(self.family.max_prefix_len(), self.prefix_len)
     }
 
     /// Whether the two ranges share any address. For CIDRs this is two-way containment, the
     /// test kube-controller-manager's cidrset uses before occupying or releasing.
     pub const fn overlaps(&self, other: &Cidr) -> bool {
-        self.contains(other) || other.contains(self)
+        if !matches!(
+            (self.family, other.family),
+            (Family::V4, Family::V4) | (Family::V6, Family::V6)
+        ) {
+            return false;
+        }
+        // Containment one way or the other: the shorter prefix's network holds the longer one,
+        // i.e. the two differ only in the shorter one's host bits (one test, one shift).
+        let shorter = if self.prefix_len < other.prefix_len {
+            self.prefix_len
+        } else {
+            other.prefix_len
+        };
+        other.network ^ self.network <= host_bits(self.family.max_prefix_len(), shorter)
     }
 }
 

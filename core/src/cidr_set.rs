@@ -9,7 +9,7 @@
 //! Finding the next free block at or after a cursor is then a few `trailing_zeros` per level:
 //! O(log₆₄ n). Occupying or releasing a range touches each affected word once.
 
-use crate::cidr::{Cidr, Family};
+use crate::cidr::Cidr;
 use crate::error::AllocError;
 
 /// The largest number of blocks a set may hold: 2^24 (a /8 cut into /32s, or a /40 into /64s).
@@ -109,6 +109,9 @@ pub struct AlignedAllocation {
 pub struct CidrSet<S> {
     cluster_cidr: Cidr,
     node_mask_size: u8,
+    /// Host bits of a block: family width − node mask size (0 ..= 128); block `i` starts at
+    /// the cluster network + `i << block_shift`.
+    block_shift: u8,
     block_count: u32,
     allocated_count: u32,
     next_candidate: u32,
@@ -178,6 +181,7 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> CidrSet<S> {
         Ok(CidrSet {
             cluster_cidr,
             node_mask_size,
+            block_shift: cluster_cidr.family().max_prefix_len() - node_mask_size,
             block_count,
             allocated_count: 0,
             next_candidate: 0,
@@ -416,26 +420,25 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> CidrSet<S> {
         if cidr.prefix_len() <= self.cluster_cidr.prefix_len() {
             return Ok((0, self.block_count - 1));
         }
-        // cidr lies inside the cluster CIDR: both ends map to blocks by shifting off the host part.
-        let shift = u32::from(self.family_width() - self.node_mask_size);
+        // cidr lies inside the cluster CIDR: its network maps to its first block by shifting off
+        // the block's host part (first < block_count ≤ 2^24). A CIDR no larger than a block lies
+        // in that one block; a larger one covers 2^(node mask − its prefix) aligned blocks
+        // (fewer than 2^24: its prefix is longer than the cluster's). The same as mapping its
+        // last address, with one `u128` shift instead of two.
         let base = self.cluster_cidr.network_bits();
-        let first = (cidr.network_bits() - base).checked_shr(shift).unwrap_or(0);
-        let last = (cidr.last_bits() - base).checked_shr(shift).unwrap_or(0);
-        // Both are < block_count ≤ 2^24 because cidr is inside the cluster CIDR.
-        Ok((first as u32, last as u32))
+        let offset = cidr.network_bits() - base;
+        let first = offset.checked_shr(u32::from(self.block_shift)).unwrap_or(0) as u32;
+        if cidr.prefix_len() >= self.node_mask_size {
+            return Ok((first, first));
+        }
+        let span = 1u32 << (self.node_mask_size - cidr.prefix_len());
+        Ok((first, first + (span - 1)))
     }
 
     // ----- internals -------------------------------------------------------------------------
 
-    fn family_width(&self) -> u8 {
-        match self.cluster_cidr.family() {
-            Family::V4 => 32,
-            Family::V6 => 128,
-        }
-    }
-
     fn block_network(&self, block_index: u32) -> u128 {
-        let shift = u32::from(self.family_width() - self.node_mask_size);
+        let shift = u32::from(self.block_shift);
         self.cluster_cidr.network_bits() | u128::from(block_index).checked_shl(shift).unwrap_or(0)
     }
 
@@ -447,18 +450,27 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> CidrSet<S> {
         )
     }
 
+    // Levels are always < MAX_LEVELS here; `get` instead of indexing keeps a bounds-check panic
+    // out of the code (a level past the end reads like a word past the storage: empty).
+
     fn word(&self, level: usize, index: u32) -> u64 {
-        let at = self.level_start[level] as usize + index as usize;
+        let Some(&start) = self.level_start.get(level) else {
+            return 0;
+        };
+        let at = start as usize + index as usize;
         self.storage.as_ref().get(at).copied().unwrap_or(0)
     }
 
     fn word_mut(&mut self, level: usize, index: u32) -> Option<&mut u64> {
-        let at = self.level_start[level] as usize + index as usize;
+        let at = *self.level_start.get(level)? as usize + index as usize;
         self.storage.as_mut().get_mut(at)
     }
 
     fn level_len(&self, level: usize) -> u32 {
-        self.level_start[level + 1] - self.level_start[level]
+        match (self.level_start.get(level), self.level_start.get(level + 1)) {
+            (Some(&start), Some(&end)) => end - start,
+            _ => 0,
+        }
     }
 
     fn is_free(&self, block_index: u32) -> bool {
