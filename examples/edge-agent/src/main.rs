@@ -66,9 +66,13 @@ static REPLIES: Channel<CriticalSectionRawMutex, Reply, QUEUE_DEPTH> = Channel::
 #[entry]
 fn main() -> ! {
     print_memory_figures();
+    #[cfg(feature = "whole-api")]
+    whole_api::check();
     let pools = match build_pools() {
         Ok(pools) => pools,
-        Err(error) => fail(format_args!("cannot build the pools: {error:?}")),
+        // The host test builds the same pools and shows the core's error in full; printing only
+        // the pool keeps `Debug` formatting of errors out of the firmware.
+        Err(error) => fail(format_args!("cannot build pool {}", error.pool())),
     };
     let executor = EXECUTOR.init(Executor::new());
     executor.run(|spawner| spawn_tasks(spawner, pools))
@@ -116,7 +120,10 @@ async fn reporter() {
     while !summary.is_complete() {
         let reply = REPLIES.receive().await;
         if let Err(error) = summary.record(&reply) {
-            fail(format_args!("reply out of sequence: {error:?}"));
+            fail(format_args!(
+                "reply {} arrived when {} was expected",
+                error.received, error.expected
+            ));
         }
     }
     let mut out = Semihosting;
@@ -141,6 +148,75 @@ fn print_memory_figures() {
         size_of::<Reply>(),
         QUEUE_DEPTH,
     );
+}
+
+/// With `--features whole-api`, the rest of the core's public API runs on the target too — flag
+/// validation, strict CIDR parsing, aligned allocation, error text — so BENCHMARKS.md can give the
+/// footprint of the whole core, not only of the allocator calls the agent makes. One report line;
+/// a wrong result fails the run.
+#[cfg(feature = "whole-api")]
+mod whole_api {
+    use core::fmt::Write;
+    use core::hint::black_box;
+
+    use nodeipam_core::config::{NodeMaskFlags, validate};
+    use nodeipam_core::{Cidr, CidrSet, storage_words_for};
+
+    use super::{Semihosting, fail, workload};
+
+    pub(super) fn check() {
+        // kubeadm's dual-stack flags: the cluster CIDRs and masks of POOLS[0].
+        let cluster_flag = black_box("10.244.0.0/16,fd00:10:244::/56");
+        let config = validate(
+            cluster_flag,
+            black_box("10.96.0.0/12"),
+            NodeMaskFlags::default(),
+        )
+        .unwrap_or_else(|error| fail(format_args!("--cluster-cidr={cluster_flag}: {error}")));
+        let pool = &workload::POOLS[0];
+        let matches = config.cluster_cidrs.len() == 2
+            && pool
+                .sets()
+                .zip(config.cluster_cidrs.iter())
+                .all(|(spec, flag)| {
+                    spec.cluster_cidr == flag.cluster_cidr
+                        && spec.node_mask_size == flag.node_mask_size
+                });
+        if !matches {
+            fail(format_args!(
+                "--cluster-cidr={cluster_flag} does not give POOLS[0]"
+            ));
+        }
+        // A strict parse refuses host bits, with an error text.
+        let pod_cidr = black_box("10.244.1.7/24");
+        let refused = match Cidr::parse(pod_cidr) {
+            Err(error) => error,
+            Ok(cidr) => fail(format_args!("{pod_cidr} parsed as {cidr}")),
+        };
+        // Aligned allocation on a scratch /16 cut into /24s: first fit is 10.244.0.0/20.
+        let mut words = [0u64; storage_words_for(16, 24)];
+        let cluster = config.cluster_cidrs[0].cluster_cidr;
+        let mut set = CidrSet::new(cluster, 24, &mut words[..])
+            .unwrap_or_else(|error| fail(format_args!("{cluster} /24: {error}")));
+        let aligned = set
+            .allocate_aligned(black_box(20))
+            .unwrap_or_else(|error| fail(format_args!("aligned /20: {error}")));
+        if aligned.first_block_index != 0 || aligned.block_count != 16 {
+            fail(format_args!("aligned /20 gave {}", aligned.cidr));
+        }
+        let foreign = Cidr::parse(black_box("192.0.2.0/24"))
+            .unwrap_or_else(|error| fail(format_args!("192.0.2.0/24: {error}")));
+        let out_of_range = match set.occupy(foreign) {
+            Err(error) => error,
+            Ok(_) => fail(format_args!("{foreign} occupied in {cluster}")),
+        };
+        let _ = writeln!(
+            Semihosting,
+            "edge-agent: whole API: --cluster-cidr={cluster_flag} validated; {pod_cidr} refused: \
+             {refused}; aligned /20: {}; occupy {foreign}: {out_of_range}",
+            aligned.cidr
+        );
+    }
 }
 
 /// Semihosting standard output as a `fmt::Write` (opened per write: no state to keep).

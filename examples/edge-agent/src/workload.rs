@@ -212,7 +212,19 @@ pub enum SetupError {
         error: AllocError,
     },
     /// More pools than the capacity (cannot happen: the capacity is [`POOL_COUNT`]).
-    TooManyPools,
+    TooManyPools {
+        /// Index in [`POOLS`] of the pool that did not fit.
+        pool: usize,
+    },
+}
+
+impl SetupError {
+    /// Index in [`POOLS`] of the pool that could not be built.
+    pub fn pool(&self) -> usize {
+        match self {
+            SetupError::Alloc { pool, .. } | SetupError::TooManyPools { pool } => *pool,
+        }
+    }
 }
 
 /// The agent's pools, each behind its own [`SharedPool`] lock, in [`POOLS`] order.
@@ -244,7 +256,7 @@ pub fn build_pools<M: RawMutex, S: AsRef<[u64]> + AsMut<[u64]>>(
         let pool = Pool::new(first, second).map_err(alloc)?;
         pools
             .push(SharedPool::new(pool))
-            .map_err(|_| SetupError::TooManyPools)?;
+            .map_err(|_| SetupError::TooManyPools { pool: index })?;
     }
     Ok(pools)
 }
