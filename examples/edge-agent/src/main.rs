@@ -15,7 +15,8 @@
 //!   slices of one static arena sized with `storage_words_for`;
 //! - `reporter` folds every reply into the digest ([`workload::Summary`]), prints the report over
 //!   semihosting and exits QEMU with status 0, or 1 if a reply came out of sequence, the pools
-//!   could not be built, or anything panicked or faulted.
+//!   could not be built, anything panicked or faulted, or (with `--features whole-api`) the
+//!   whole-API check at boot got a wrong result.
 //!
 //! The host test `core/tests/edge_agent.rs` runs the same script through the same code on x86-64
 //! and compares its report with this firmware's output. Run:

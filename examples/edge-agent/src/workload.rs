@@ -111,6 +111,13 @@ const fn v6(s: [u16; 8], prefix_len: u8) -> Cidr {
 }
 
 const fn set(cluster_cidr: Cidr, node_mask_size: u8) -> SetSpec {
+    let prefix_len = cluster_cidr.prefix_len();
+    assert!(
+        node_mask_size >= prefix_len
+            && node_mask_size <= cluster_cidr.family().max_prefix_len()
+            && node_mask_size - prefix_len <= nodeipam_core::MAX_BLOCK_BITS,
+        "POOLS entry whose node mask the core refuses"
+    );
     SetSpec {
         cluster_cidr,
         node_mask_size,
