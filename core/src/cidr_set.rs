@@ -12,6 +12,10 @@
 use crate::cidr::Cidr;
 use crate::error::AllocError;
 
+mod blocks;
+
+pub use blocks::{BlockAllocation, BlockRequest, FreeBlock, Placement};
+
 /// The largest number of blocks a set may hold: 2^24 (a /8 cut into /32s, or a /40 into /64s).
 pub const MAX_BLOCK_BITS: u8 = 24;
 
@@ -520,9 +524,16 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> CidrSet<S> {
         Some(index)
     }
 
-    /// First index of an aligned run of `group` (a power of two) free blocks, lowest first.
+    /// First index of an aligned run of `group` (a power of two ≤ block_count) free blocks, lowest
+    /// first.
     fn find_free_aligned(&self, group: u32) -> Option<u32> {
-        let mut from = 0u32;
+        self.find_free_aligned_from(0, group)
+    }
+
+    /// First index ≥ `from` of an aligned run of `group` (a power of two ≤ block_count) free
+    /// blocks. `from` must be a multiple of `group`: then the aligned start of the group holding
+    /// the first free block at or after `from` is itself ≥ `from`.
+    fn find_free_aligned_from(&self, mut from: u32, group: u32) -> Option<u32> {
         loop {
             if from >= self.block_count {
                 return None;

@@ -50,7 +50,9 @@ impl core::error::Error for CidrError {}
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
 pub enum AllocError {
-    /// Every block of this cluster CIDR is allocated (upstream's "no cidrs remaining").
+    /// Every block of this cluster CIDR is allocated (upstream's "no cidrs remaining"); for a
+    /// multi-block request ([`crate::CidrSet::allocate_block`]): no aligned block of the requested
+    /// size is entirely free, although smaller ones may be.
     Exhausted {
         /// The cluster CIDR that has no free block.
         cluster_cidr: Cidr,
@@ -127,6 +129,14 @@ pub enum AllocError {
     },
     /// No cluster CIDR was given to a pool.
     NoClusterCidr,
+    /// A pool was asked for a different number of blocks than it has cluster CIDRs
+    /// ([`crate::Pool::allocate_node_blocks`] takes one request per set, flag order).
+    RequestCountMismatch {
+        /// Requests given.
+        requests: usize,
+        /// Cluster CIDRs (sets) in the pool.
+        sets: usize,
+    },
     /// A service CIDR covers every remaining block of a cluster CIDR, leaving nothing to allocate.
     ServiceCidrFillsClusterCidr {
         /// The service CIDR.
@@ -212,6 +222,10 @@ impl fmt::Display for AllocError {
                 )
             }
             AllocError::NoClusterCidr => f.write_str("no cluster CIDR configured"),
+            AllocError::RequestCountMismatch { requests, sets } => write!(
+                f,
+                "{requests} block requests given for {sets} cluster CIDRs; give one per cluster CIDR"
+            ),
             AllocError::ServiceCidrFillsClusterCidr {
                 service_cidr,
                 cluster_cidr,

@@ -32,12 +32,13 @@ pub mod shared;
 
 pub use cidr::{Cidr, Family};
 pub use cidr_set::{
-    AlignedAllocation, Allocation, CidrSet, MAX_BLOCK_BITS, storage_words, storage_words_for,
+    AlignedAllocation, Allocation, BlockAllocation, BlockRequest, CidrSet, FreeBlock,
+    MAX_BLOCK_BITS, Placement, storage_words, storage_words_for,
 };
 pub use config::{
     ClusterCidrConfig, ConfigError, DEFAULT_NODE_MASK_SIZE_IPV4, DEFAULT_NODE_MASK_SIZE_IPV6,
     IpamConfig, NodeMaskFlags,
 };
 pub use error::{AllocError, CidrError};
-pub use pool::{NodeAllocation, Pool};
+pub use pool::{NodeAllocation, NodeBlocks, Pool};
 pub use shared::{PoolBusy, SharedPool};

@@ -3,12 +3,16 @@
 use heapless::Vec;
 
 use crate::cidr::{Cidr, Family};
-use crate::cidr_set::{Allocation, CidrSet};
+use crate::cidr_set::{Allocation, BlockAllocation, BlockRequest, CidrSet};
 use crate::error::AllocError;
 
 /// The pod CIDRs allocated to one node: one [`Allocation`] per cluster CIDR, in the configured
 /// (flag) order, so `allocations[0].cidr` is the node's `spec.podCIDR`.
 pub type NodeAllocation = Vec<Allocation, 2>;
+
+/// The pod CIDRs allocated to one node by [`Pool::allocate_node_blocks`]: one [`BlockAllocation`]
+/// per cluster CIDR, flag order.
+pub type NodeBlocks = Vec<BlockAllocation, 2>;
 
 /// The allocator for a whole cluster: one [`CidrSet`] per cluster CIDR — one for single-stack, one
 /// IPv4 plus one IPv6 (either order) for dual-stack.
@@ -85,6 +89,38 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> Pool<S> {
             let _ = allocations.push(allocation);
         }
         Ok(allocations)
+    }
+
+    /// Allocates one block per set, `requests[i]` from set `i` (flag order), each placed as
+    /// [`CidrSet::allocate_block`] places it. All or nothing: every set is searched first and only
+    /// then are the blocks taken, so if any set has no free aligned block of the requested size,
+    /// no set changes (no block, no cursor). With each request's prefix length equal to its set's
+    /// node mask size and [`crate::Placement::NextFromCursor`] this gives what
+    /// [`Pool::allocate_node`] gives.
+    ///
+    /// # Errors
+    /// [`AllocError::RequestCountMismatch`] unless there is one request per set; otherwise the
+    /// first failing set's [`AllocError::InvalidBlockPrefixLen`] or [`AllocError::Exhausted`].
+    pub fn allocate_node_blocks(
+        &mut self,
+        requests: &[BlockRequest],
+    ) -> Result<NodeBlocks, AllocError> {
+        if requests.len() != self.sets.len() {
+            return Err(AllocError::RequestCountMismatch {
+                requests: requests.len(),
+                sets: self.sets.len(),
+            });
+        }
+        let mut candidates: Vec<_, 2> = Vec::new();
+        for (set, request) in self.sets.iter().zip(requests) {
+            // At most two sets: the push cannot fail.
+            let _ = candidates.push(set.find_block(*request)?);
+        }
+        let mut blocks = Vec::new();
+        for (set, candidate) in self.sets.iter_mut().zip(candidates) {
+            let _ = blocks.push(set.take_block(candidate));
+        }
+        Ok(blocks)
     }
 
     /// Checks a node's podCIDRs against the pool without changing anything: at most two, at most
@@ -282,6 +318,57 @@ mod tests {
             (c[0].cidr, c[1].cidr),
             (cidr("10.0.2.0/24"), cidr("fd00::80/121"))
         );
+    }
+
+    #[test]
+    fn sized_dual_stack_is_all_or_nothing() {
+        use crate::cidr_set::Placement::{FirstFit, NextFromCursor};
+        let request = |prefix_len, placement| BlockRequest {
+            prefix_len,
+            placement,
+        };
+        // IPv4 /16 on a /26 grid, IPv6 /120 on a /122 grid (4 blocks).
+        let mut pool = Pool::new(set("10.244.0.0/16", 26), Some(set("fd00::/120", 122))).unwrap();
+        let big = [request(23, FirstFit), request(121, FirstFit)];
+        let a = pool.allocate_node_blocks(&big).unwrap();
+        assert_eq!(
+            (a[0].cidr, a[1].cidr),
+            (cidr("10.244.0.0/23"), cidr("fd00::/121"))
+        );
+        let small = [request(26, NextFromCursor), request(122, NextFromCursor)];
+        let b = pool.allocate_node_blocks(&small).unwrap();
+        assert_eq!(
+            (b[0].cidr, b[1].cidr),
+            (cidr("10.244.2.0/26"), cidr("fd00::80/122"))
+        );
+        // IPv6 has one free /122 but no /121 left: nothing changes in the IPv4 set either.
+        let before = (
+            pool.sets()[0].allocated_count(),
+            pool.sets()[0].next_candidate(),
+        );
+        assert_eq!(
+            pool.allocate_node_blocks(&big),
+            Err(AllocError::Exhausted {
+                cluster_cidr: cidr("fd00::/120")
+            })
+        );
+        assert_eq!(
+            (
+                pool.sets()[0].allocated_count(),
+                pool.sets()[0].next_candidate()
+            ),
+            before
+        );
+        assert_eq!(
+            pool.allocate_node_blocks(&small[..1]),
+            Err(AllocError::RequestCountMismatch {
+                requests: 1,
+                sets: 2
+            })
+        );
+        let c = pool.allocate_node_blocks(&small).unwrap();
+        assert_eq!(c[1].cidr, cidr("fd00::c0/122"));
+        assert_eq!(pool.sets()[1].free_count(), 0);
     }
 
     #[test]

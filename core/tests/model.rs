@@ -5,7 +5,9 @@
 
 use std::collections::BTreeSet;
 
-use nodeipam_core::{AllocError, Cidr, CidrSet, Family, Pool, storage_words_for};
+use nodeipam_core::{
+    AllocError, BlockRequest, Cidr, CidrSet, Family, Placement, Pool, storage_words_for,
+};
 use proptest::prelude::*;
 
 /// The model: which blocks are allocated, and the next-candidate cursor.
@@ -29,6 +31,48 @@ impl Model {
         }
         None
     }
+
+    fn group_free(&self, start: u32, group: u32) -> bool {
+        (start..start + group).all(|i| !self.allocated.contains(&i))
+    }
+
+    /// Aligned blocks of `group` blocks, scanned one aligned position at a time: from the cursor
+    /// rounded up to the alignment, wrapping (cursor := end of the block), or from 0 (cursor kept).
+    /// Returns (first block, aligned positions skipped).
+    fn allocate_block(&mut self, group: u32, from_cursor: bool) -> Option<(u32, u32)> {
+        let positions = self.block_count / group;
+        let start = if from_cursor {
+            self.cursor.div_ceil(group) % positions
+        } else {
+            0
+        };
+        for tries in 0..positions {
+            let first = (start + tries) % positions * group;
+            if self.group_free(first, group) {
+                self.allocated.extend(first..first + group);
+                if from_cursor {
+                    self.cursor = (first + group) % self.block_count;
+                }
+                return Some((first, tries));
+            }
+        }
+        None
+    }
+
+    /// The largest free aligned block (lowest of that size): (first block, blocks).
+    fn largest_free(&self) -> Option<(u32, u32)> {
+        let mut group = self.block_count;
+        while group >= 1 {
+            if let Some(first) = (0..self.block_count)
+                .step_by(group as usize)
+                .find(|&first| self.group_free(first, group))
+            {
+                return Some((first, group));
+            }
+            group /= 2;
+        }
+        None
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -41,6 +85,8 @@ enum Op {
     /// A CIDR outside the cluster CIDR or of the other family.
     Foreign(bool),
     Aligned(u8),
+    /// `allocate_block` of node_mask − delta bits; `true` = from the cursor, `false` = first fit.
+    Block(u8, bool),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -50,6 +96,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (any::<u32>(), -3i8..6).prop_map(|(i, d)| Op::Release(i, d)),
         1 => any::<bool>().prop_map(Op::Foreign),
         1 => (0u8..8).prop_map(Op::Aligned),
+        3 => (0u8..5, any::<bool>()).prop_map(|(d, c)| Op::Block(d, c)),
     ]
 }
 
@@ -105,6 +152,12 @@ fn check(set: &CidrSet<Vec<u64>>, model: &Model) -> Result<(), TestCaseError> {
     }
     for &i in model.allocated.iter().take(64) {
         prop_assert!(set.is_allocated(i).unwrap());
+    }
+    if set.block_count() <= 4096 {
+        let largest = set
+            .largest_free_block()
+            .map(|b| (b.first_block_index, b.block_count));
+        prop_assert_eq!(largest, model.largest_free());
     }
     Ok(())
 }
@@ -193,6 +246,44 @@ fn run(v6: bool, block_bits: u8, cluster_prefix: u8, ops: Vec<Op>) -> Result<(),
                     (got, want) => prop_assert!(false, "aligned: got {:?}, model {:?}", got, want),
                 }
             }
+            Op::Block(delta, from_cursor) => {
+                let prefix_len = mask.saturating_sub(delta);
+                let placement = if from_cursor {
+                    Placement::NextFromCursor
+                } else {
+                    Placement::FirstFit
+                };
+                let before = (set.allocated_count(), set.next_candidate());
+                let result = set.allocate_block(BlockRequest {
+                    prefix_len,
+                    placement,
+                });
+                if prefix_len < cluster.prefix_len() {
+                    let is_invalid =
+                        matches!(result, Err(AllocError::InvalidBlockPrefixLen { .. }));
+                    prop_assert!(is_invalid);
+                    prop_assert_eq!(before, (set.allocated_count(), set.next_candidate()));
+                    continue;
+                }
+                let group = 1u32 << (mask - prefix_len);
+                match (result, model.allocate_block(group, from_cursor)) {
+                    (Ok(got), Some((first, tries))) => {
+                        prop_assert_eq!(got.first_block_index, first);
+                        prop_assert_eq!(got.tries, tries);
+                        prop_assert_eq!(got.block_count, group);
+                        prop_assert_eq!(got.cidr.prefix_len(), prefix_len);
+                        prop_assert_eq!(
+                            got.cidr.network(),
+                            set.block_cidr(first).unwrap().network()
+                        );
+                    }
+                    (Err(AllocError::Exhausted { cluster_cidr }), None) => {
+                        prop_assert_eq!(cluster_cidr, cluster);
+                        prop_assert_eq!(before, (set.allocated_count(), set.next_candidate()));
+                    }
+                    (got, want) => prop_assert!(false, "block: got {:?}, model {:?}", got, want),
+                }
+            }
         }
         check(&set, &model)?;
     }
@@ -234,6 +325,88 @@ proptest! {
         }
         let exhausted = matches!(set.allocate_next(), Err(AllocError::Exhausted { .. }));
         prop_assert!(exhausted);
+    }
+
+    /// A one-grid-block request from the cursor is `allocate_next`, step for step, whatever else
+    /// happened to the set before (occupy, release, aligned blocks).
+    #[test]
+    fn one_block_from_cursor_equals_allocate_next(
+        v6 in any::<bool>(),
+        block_bits in 0u8..=10,
+        setup in prop::collection::vec((any::<u32>(), 0i8..4, any::<bool>()), 0..40),
+        steps in 1usize..200,
+    ) {
+        let (cluster, mask) = shape(v6, block_bits, 20);
+        let mut a = CidrSet::new(cluster, mask, vec![0u64; storage_words_for(cluster.prefix_len(), mask)]).unwrap();
+        for (index, delta, occupy) in setup {
+            let cidr = operand(&a, index, delta);
+            if occupy { a.occupy(cidr).unwrap(); } else { a.release(cidr).unwrap(); }
+            if index % 3 == 0 { let _ = a.allocate_next(); }
+        }
+        let mut b = a.clone();
+        for _ in 0..steps {
+            let next = a.allocate_next();
+            let block = b.allocate_block(BlockRequest { prefix_len: mask, placement: Placement::NextFromCursor });
+            match (next, block) {
+                (Ok(n), Ok(k)) => {
+                    prop_assert_eq!((n.cidr, n.block_index, n.tries), (k.cidr, k.first_block_index, k.tries));
+                }
+                (Err(e), Err(f)) => prop_assert_eq!(e, f),
+                (n, k) => prop_assert!(false, "{:?} vs {:?}", n, k),
+            }
+            prop_assert_eq!(a.next_candidate(), b.next_candidate());
+            prop_assert_eq!(a.allocated_count(), b.allocated_count());
+        }
+    }
+
+    /// Sized dual-stack allocation is all or nothing: a failure changes neither set.
+    #[test]
+    fn sized_dual_stack_pool_never_leaks(
+        ops in prop::collection::vec((0u8..4, 0u8..4, any::<bool>(), any::<Option<u8>>()), 1..150),
+    ) {
+        let v4: Cidr = "10.0.0.0/22".parse().unwrap();
+        let v6: Cidr = "fd00::/118".parse().unwrap();
+        let s4 = CidrSet::new(v4, 28, vec![0u64; storage_words_for(22, 28)]).unwrap();
+        let s6 = CidrSet::new(v6, 123, vec![0u64; storage_words_for(118, 123)]).unwrap();
+        let mut pool = Pool::new(s4, Some(s6)).unwrap();
+        let mut nodes: Vec<[Cidr; 2]> = Vec::new();
+        let blocks = |pool: &Pool<Vec<u64>>, c: &Cidr| -> u32 {
+            let set = pool.set_for(c.family()).unwrap();
+            let (first, last) = set.block_range(*c).unwrap();
+            last - first + 1
+        };
+        for (d4, d6, first_fit, release) in ops {
+            if let Some(k) = release.filter(|_| !nodes.is_empty()) {
+                let node = nodes.swap_remove(k as usize % nodes.len());
+                pool.release_node(&node).unwrap();
+            } else {
+                let placement = if first_fit { Placement::FirstFit } else { Placement::NextFromCursor };
+                let requests = [
+                    BlockRequest { prefix_len: 28 - d4, placement },
+                    BlockRequest { prefix_len: 123 - d6, placement },
+                ];
+                let before: Vec<(u32, u32)> = pool.sets().iter().map(|s| (s.allocated_count(), s.next_candidate())).collect();
+                match pool.allocate_node_blocks(&requests) {
+                    Ok(got) => {
+                        prop_assert_eq!(got[0].cidr.prefix_len(), 28 - d4);
+                        prop_assert_eq!(got[1].cidr.prefix_len(), 123 - d6);
+                        for n in &nodes {
+                            prop_assert!(!n.iter().any(|c| c.overlaps(&got[0].cidr) || c.overlaps(&got[1].cidr)));
+                        }
+                        nodes.push([got[0].cidr, got[1].cidr]);
+                    }
+                    Err(AllocError::Exhausted { .. }) => {
+                        let after: Vec<(u32, u32)> = pool.sets().iter().map(|s| (s.allocated_count(), s.next_candidate())).collect();
+                        prop_assert_eq!(before, after);
+                    }
+                    Err(e) => prop_assert!(false, "unexpected {:?}", e),
+                }
+            }
+            for (i, set) in pool.sets().iter().enumerate() {
+                let held: u32 = nodes.iter().map(|n| blocks(&pool, &n[i])).sum();
+                prop_assert_eq!(set.allocated_count(), held);
+            }
+        }
     }
 
     /// Dual-stack pools never leak: after any sequence, each set's count equals what nodes hold.

@@ -5,7 +5,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use nodeipam_core::{Cidr, CidrSet, Pool, storage_words_for};
+use nodeipam_core::{BlockRequest, Cidr, CidrSet, Placement, Pool, storage_words_for};
 
 struct Counting;
 
@@ -46,6 +46,20 @@ fn allocator_operations_do_not_touch_the_heap() {
     pool.occupy(block).unwrap();
     pool.release_node(&[block6, block]).unwrap();
     let again = pool.allocate_node().unwrap();
+    pool.release_node(&[block6, block]).unwrap();
+    let sized = pool
+        .allocate_node_blocks(&[
+            BlockRequest {
+                prefix_len: 24,
+                placement: Placement::NextFromCursor,
+            },
+            BlockRequest {
+                prefix_len: 64,
+                placement: Placement::FirstFit,
+            },
+        ])
+        .unwrap();
+    let largest = pool.sets()[0].largest_free_block();
     let config = nodeipam_core::config::validate(
         "10.0.0.0/16,fd00::/56",
         "10.96.0.0/12",
@@ -57,4 +71,6 @@ fn allocator_operations_do_not_touch_the_heap() {
     assert_eq!(served, 256);
     assert_eq!((again[0].cidr, again[1].cidr), (block, block6));
     assert_eq!(config.cluster_cidrs.len(), 2);
+    assert_eq!((sized[0].cidr, sized[1].cidr), (block, block6));
+    assert_eq!(largest, None);
 }

@@ -17,7 +17,9 @@ use core::fmt::Write;
 use core::panic::PanicInfo;
 
 use nodeipam_core::config::validate;
-use nodeipam_core::{AllocError, Cidr, CidrSet, NodeMaskFlags, Pool, storage_words_for};
+use nodeipam_core::{
+    AllocError, BlockRequest, Cidr, CidrSet, NodeMaskFlags, Placement, Pool, storage_words_for,
+};
 
 /// Storage words for 10.0.0.0/8 cut into /24s: 65,536 blocks (BENCHMARKS W1).
 const W1_WORDS: usize = storage_words_for(8, 24);
@@ -46,7 +48,7 @@ fn shows_as(value: &Cidr, text: &str, code: u8) -> Result<(), u8> {
     check(shown.as_str() == text, code)
 }
 
-/// The checks; `Err(code)` names the first that failed (codes 1–29).
+/// The checks; `Err(code)` names the first that failed (codes 1–34).
 fn run() -> Result<(), u8> {
     // A 65,536-block set in a stack array (8,328 bytes of bitmap).
     let cluster = cidr("10.0.0.0/8", 1)?;
@@ -109,6 +111,30 @@ fn run() -> Result<(), u8> {
     pool.allocate_node().map_err(|_| 26)?;
     check(pool.allocate_node().is_err(), 27)?;
     check(pool.sets()[0].allocated_count() == 2, 28)?;
+
+    // Per-Node sizes on a /26 grid (cloud-provider-azure's vector): /24 first fit, then a /26 from
+    // the cursor, then a /24 first fit; the largest free block is then the /17 at 10.244.128.0.
+    let mut grid_words = [0u64; storage_words_for(16, 26)];
+    let mut grid =
+        CidrSet::new(cidr("10.244.0.0/16", 30)?, 26, &mut grid_words[..]).map_err(|_| 30)?;
+    let request = |prefix_len, placement| BlockRequest {
+        prefix_len,
+        placement,
+    };
+    let big = grid
+        .allocate_block(request(24, Placement::FirstFit))
+        .map_err(|_| 31)?;
+    shows_as(&big.cidr, "10.244.0.0/24", 31)?;
+    let small = grid
+        .allocate_block(request(26, Placement::NextFromCursor))
+        .map_err(|_| 32)?;
+    shows_as(&small.cidr, "10.244.1.0/26", 32)?;
+    let next = grid
+        .allocate_block(request(24, Placement::FirstFit))
+        .map_err(|_| 33)?;
+    shows_as(&next.cidr, "10.244.2.0/24", 33)?;
+    let largest = grid.largest_free_block().ok_or(34)?;
+    shows_as(&largest.cidr, "10.244.128.0/17", 34)?;
 
     // Flag validation, allocation-free.
     let config = validate(

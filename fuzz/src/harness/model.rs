@@ -2,7 +2,10 @@
 
 use std::collections::BTreeSet;
 
-use nodeipam_core::{AlignedAllocation, AllocError, Allocation, Cidr, Family};
+use nodeipam_core::{
+    AlignedAllocation, AllocError, Allocation, BlockAllocation, BlockRequest, Cidr, Family,
+    FreeBlock, Placement,
+};
 
 use super::{ip_bits, masked_cidr, span, width};
 
@@ -151,6 +154,91 @@ impl SetModel {
             first_block_index: first,
             block_count: group,
         })
+    }
+
+    /// The lowest multiple of `group` ≥ `start` (itself a multiple) whose `group` blocks are all
+    /// free, jumping past the last allocated block of each rejected candidate.
+    fn first_free_group_from(&self, start: u64, group: u64) -> Option<u32> {
+        let mut first = start;
+        while first + group <= u64::from(self.block_count) {
+            let candidate = first as u32..=(first + group - 1) as u32;
+            match self.allocated.range(candidate).next_back() {
+                Some(&allocated) => first = (u64::from(allocated) / group + 1) * group,
+                None => return Some(first as u32),
+            }
+        }
+        None
+    }
+
+    /// Where `allocate_block(request)` must place the block — `(first, group, tries)` — without
+    /// changing the model: from the cursor rounded up to the alignment (wrapping), or from 0.
+    pub fn find_block(&self, request: BlockRequest) -> Result<(u32, u32, u32), AllocError> {
+        let prefix_len = request.prefix_len;
+        if prefix_len < self.cluster_cidr.prefix_len() || prefix_len > self.node_mask_size {
+            return Err(AllocError::InvalidBlockPrefixLen {
+                prefix_len,
+                cluster_cidr: self.cluster_cidr,
+                node_mask_size: self.node_mask_size,
+            });
+        }
+        let exhausted = AllocError::Exhausted {
+            cluster_cidr: self.cluster_cidr,
+        };
+        let group = 1u64 << (self.node_mask_size - prefix_len);
+        let n = u64::from(self.block_count);
+        let start = match request.placement {
+            Placement::FirstFit => 0,
+            Placement::NextFromCursor => (u64::from(self.cursor).div_ceil(group) * group) % n,
+        };
+        let first = self
+            .first_free_group_from(start, group)
+            .or_else(|| self.first_free_group_from(0, group))
+            .ok_or(exhausted)?;
+        let tries = ((u64::from(first) + n - start) % n) / group;
+        Ok((first, group as u32, tries as u32))
+    }
+
+    /// Applies a placement found by [`SetModel::find_block`].
+    pub fn take_block(&mut self, request: BlockRequest, found: (u32, u32, u32)) -> BlockAllocation {
+        let (first, group, tries) = found;
+        self.mark(first, first + group - 1);
+        if request.placement == Placement::NextFromCursor {
+            self.cursor =
+                ((u64::from(first) + u64::from(group)) % u64::from(self.block_count)) as u32;
+        }
+        let network = ip_bits(self.block_cidr(first).network());
+        BlockAllocation {
+            cidr: masked_cidr(self.family(), network, request.prefix_len),
+            first_block_index: first,
+            block_count: group,
+            tries,
+        }
+    }
+
+    /// What `allocate_block(request)` must return, applied to the model.
+    pub fn allocate_block(&mut self, request: BlockRequest) -> Result<BlockAllocation, AllocError> {
+        let found = self.find_block(request)?;
+        Ok(self.take_block(request, found))
+    }
+
+    /// What `largest_free_block()` must return: the lowest free aligned block of the largest size.
+    pub fn largest_free_block(&self) -> Option<FreeBlock> {
+        let mut group = u64::from(self.block_count);
+        loop {
+            if let Some(first) = self.first_free_group_from(0, group) {
+                let prefix_len = self.node_mask_size - group.trailing_zeros() as u8;
+                let network = ip_bits(self.block_cidr(first).network());
+                return Some(FreeBlock {
+                    cidr: masked_cidr(self.family(), network, prefix_len),
+                    first_block_index: first,
+                    block_count: group as u32,
+                });
+            }
+            if group == 1 {
+                return None;
+            }
+            group /= 2;
+        }
     }
 
     /// Adds `first..=last` to the allocated set: one insert per block for short ranges, else a

@@ -1,9 +1,11 @@
 //! The `pool_model` target: a single- or dual-stack `Pool` against one model per set.
 
-use nodeipam_core::{AllocError, Allocation, Cidr, CidrSet, Family, Pool};
+use nodeipam_core::{
+    AllocError, Allocation, BlockAllocation, BlockRequest, Cidr, CidrSet, Family, Placement, Pool,
+};
 
 use super::check::{Storage, check_all_bits, check_counters, check_unchanged};
-use super::decode::{build_set, decode_cidr, decode_cluster, family_bit};
+use super::decode::{build_set, decode_aligned_prefix, decode_cidr, decode_cluster, family_bit};
 use super::model::SetModel;
 use super::{Bytes, MAX_OPS, MAX_POOL_BLOCK_BITS, display_nonempty, other_family, trace};
 
@@ -15,6 +17,30 @@ fn pool_expect_allocate(models: &mut [SetModel]) -> Result<Vec<Allocation>, Allo
         });
     }
     models.iter_mut().map(SetModel::allocate_next).collect()
+}
+
+/// All or nothing: every model finds its block before any takes one.
+fn pool_expect_blocks(
+    models: &mut [SetModel],
+    requests: &[BlockRequest],
+) -> Result<Vec<BlockAllocation>, AllocError> {
+    if requests.len() != models.len() {
+        return Err(AllocError::RequestCountMismatch {
+            requests: requests.len(),
+            sets: models.len(),
+        });
+    }
+    let found: Vec<(u32, u32, u32)> = models
+        .iter()
+        .zip(requests)
+        .map(|(model, request)| model.find_block(*request))
+        .collect::<Result<_, _>>()?;
+    Ok(models
+        .iter_mut()
+        .zip(requests)
+        .zip(found)
+        .map(|((model, request), found)| model.take_block(*request, found))
+        .collect())
 }
 
 fn model_for(models: &mut [SetModel], family: Family) -> Option<&mut SetModel> {
@@ -106,7 +132,9 @@ fn check_pool(pool: &Pool<Storage>, models: &[SetModel], step: &str) {
 /// (`decode_cluster`, ≤ 2^8 blocks); then operations, one selector byte each (mod 8): 0–1
 /// `allocate_node`; 2 `occupy(cidr)`; 3 `release(cidr)`; 4 `occupy_node(cidrs)`; 5
 /// `release_node(cidrs)`; 6 `check_node(cidrs)`; 7 `reserve_service_cidr(cidr)` — `cidrs` is
-/// 0–3 CIDRs, each generated around a randomly chosen set.
+/// 0–3 CIDRs, each generated around a randomly chosen set. A selector byte ≥ 0xF0 is
+/// `allocate_node_blocks`: one request per set (prefix as `decode_aligned_prefix`, placement from
+/// one byte), one request fewer when the selector is odd.
 pub fn run_pool(data: &[u8]) {
     let mut bytes = Bytes::new(data);
     let header = bytes.u8();
@@ -152,10 +180,37 @@ pub fn run_pool(data: &[u8]) {
     let mut ops = 0usize;
     while !bytes.is_empty() && ops < MAX_OPS {
         ops += 1;
-        let selector = bytes.u8() % 8;
+        let raw = bytes.u8();
+        // 8: sized allocation (selector bytes ≥ 0xF0, so older seeds keep their meaning).
+        let selector = if raw >= 0xF0 { 8 } else { raw % 8 };
         let step = format!("pool op {ops} (selector {selector})");
         let before = pool.clone();
         let failed = match selector {
+            8 => {
+                let mut requests = Vec::new();
+                for model in &models {
+                    let prefix_len = decode_aligned_prefix(&mut bytes, model);
+                    let placement = if bytes.u8() & 1 == 0 {
+                        Placement::NextFromCursor
+                    } else {
+                        Placement::FirstFit
+                    };
+                    requests.push(BlockRequest {
+                        prefix_len,
+                        placement,
+                    });
+                }
+                if raw & 1 == 1 {
+                    requests.pop();
+                }
+                let expected = pool_expect_blocks(&mut models, &requests);
+                let actual = pool
+                    .allocate_node_blocks(&requests)
+                    .map(|node| node.to_vec());
+                trace(&step, &(&requests, &actual));
+                assert_eq!(actual, expected, "{step}");
+                actual.err()
+            }
             0 | 1 => {
                 let expected = pool_expect_allocate(&mut models);
                 let actual = pool.allocate_node().map(|node| node.to_vec());

@@ -6,6 +6,8 @@ use super::check::{
 use super::decode::{
     build_set, decode_aligned_prefix, decode_cidr, decode_cluster, decode_index, family_bit,
 };
+use nodeipam_core::{BlockRequest, Placement};
+
 use super::{
     Bytes, FULL_CHECK_BLOCKS, HUGE_MAX_OPS, HUGE_RANGE_BITS, MAX_OPS, MAX_SET_BLOCK_BITS, trace,
 };
@@ -37,10 +39,49 @@ pub fn run_cidr_set(data: &[u8]) {
     let mut ops = 0usize;
     while !bytes.is_empty() && ops < max_ops {
         ops += 1;
-        let selector = bytes.u8() % 9;
+        let raw = bytes.u8();
+        // 9, 10, 11: the block operations (selector bytes ≥ 0xF0, so older seeds keep their meaning).
+        let selector = if raw >= 0xF0 {
+            9 + (raw - 0xF0) % 3
+        } else {
+            raw % 9
+        };
         let step = format!("op {ops} (selector {selector}) on {cluster_cidr} /{node_mask_size}");
         let mut touched = vec![model.cursor];
         match selector {
+            9 | 10 => {
+                let mut prefix_len = decode_aligned_prefix(&mut bytes, &model);
+                let min_huge_prefix = node_mask_size.saturating_sub(HUGE_RANGE_BITS);
+                if huge && (cluster_cidr.prefix_len()..min_huge_prefix).contains(&prefix_len) {
+                    prefix_len = min_huge_prefix;
+                }
+                let placement = if selector == 9 {
+                    Placement::FirstFit
+                } else {
+                    Placement::NextFromCursor
+                };
+                let request = BlockRequest {
+                    prefix_len,
+                    placement,
+                };
+                let expected = model.allocate_block(request);
+                if let Ok(block) = &expected {
+                    let first = block.first_block_index;
+                    touched.extend([
+                        first.wrapping_sub(1),
+                        first,
+                        first + block.block_count - 1,
+                        first + block.block_count,
+                        model.cursor,
+                    ]);
+                }
+                mutate(&mut set, &step, |s| s.allocate_block(request), expected);
+            }
+            11 => {
+                let actual = set.largest_free_block();
+                trace(&step, &actual);
+                assert_eq!(actual, model.largest_free_block(), "{step}");
+            }
             0 | 1 => {
                 let expected = model.allocate_next();
                 if let Ok(allocation) = &expected {
