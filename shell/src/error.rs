@@ -17,6 +17,10 @@ pub enum Error {
     /// cluster CIDR).
     #[error("--service-cluster-ip-range: {0}")]
     Pool(#[source] AllocError),
+    /// A node-pool flag (`--node-cidr-mask-size-rule`, its file, the mask-label flags) is invalid;
+    /// the message names the rule or flag.
+    #[error("{0}")]
+    NodePools(#[source] crate::node_pools::NodePoolError),
     /// The Kubernetes client could not be configured (kubeconfig, in-cluster, `--master`): a
     /// missing or unreadable file, a server URL that is not `http(s)://host[:port]`, …
     #[error("Kubernetes client configuration: {origin}: {message}")]
@@ -75,7 +79,7 @@ impl Error {
     /// A bounded, stable label for metrics (`error="…"`).
     pub fn metric_label(&self) -> &'static str {
         match self {
-            Error::Config(_) | Error::Flag(_) => "config",
+            Error::Config(_) | Error::Flag(_) | Error::NodePools(_) => "config",
             Error::Pool(_) => "pool",
             Error::ClientConfig { .. } => "client_config",
             Error::Kube(_) => "kube_api",
@@ -97,6 +101,7 @@ impl Error {
             Error::Config(_)
             | Error::Flag(_)
             | Error::Pool(_)
+            | Error::NodePools(_)
             | Error::ClientConfig { .. }
             | Error::Read { .. }
             | Error::InvalidNodeList(_) => 2,

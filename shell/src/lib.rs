@@ -2,6 +2,7 @@
 //!
 //! - [`flags`]: kube-controller-manager's flags (clap);
 //! - [`reconcile`]: the pure decision logic (which patch, event, metric for a Node);
+//! - [`node_pools`]: per-Node mask sizes from rules and labels (`CloudAllocator`);
 //! - [`plan`]: the offline `plan` subcommand;
 //! - [`controller`]: the tokio/kube-rs runner, [`controller::run`].
 
@@ -10,6 +11,7 @@ pub mod error;
 pub mod flags;
 pub mod metric_names;
 pub mod metrics;
+pub mod node_pools;
 pub mod nodelist;
 pub mod plan;
 pub mod reasons;
