@@ -13,6 +13,18 @@ pub const CIDRSET_ALLOCATION_TRIES_PER_REQUEST: &str =
     "node_ipam_controller_cidrset_allocation_tries_per_request";
 /// Gauge: total blocks, per cluster CIDR (upstream's spelling, sic).
 pub const CIDRSET_MAX_CIDRS: &str = "node_ipam_controller_cirdset_max_cidrs";
+/// Gauge: blocks in use per cluster CIDR, counted in grid blocks (the finest node CIDR mask size
+/// configured; the node CIDR mask size without node-pool rules): Nodes, pending writes, service
+/// CIDRs, skipped Nodes' reserved ranges. Ours; upstream exports only the ratio.
+pub const CIDRSET_USED_BLOCKS: &str = "node_ipam_controller_cidrset_used_blocks";
+/// Gauge: the grid of each cluster CIDR — the prefix length, in bits, of the blocks the other
+/// `cidrset` gauges count. Ours.
+pub const CIDRSET_GRID_MASK_SIZE: &str = "node_ipam_controller_cidrset_grid_mask_size";
+/// Gauge: grid blocks in the largest entirely free aligned block of each cluster CIDR (a power of
+/// two; 0 when full). A Node of mask size `m` can be served while it is at least
+/// `2^(grid − m)`. Ours: for an alert before a large-pool Node cannot be served.
+pub const CIDRSET_LARGEST_FREE_ALIGNED_BLOCKS: &str =
+    "node_ipam_controller_cidrset_largest_free_aligned_blocks";
 /// Gauge (0–1): saturation of the write token bucket (1 − remaining burst / burst). Upstream
 /// registers it and never sets it.
 pub const RATE_LIMITER_USE: &str = "node_ipam_controller_rate_limiter_use";

@@ -4,6 +4,8 @@
 use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
+use nodeipam_core::{Cidr, FreeBlock};
+
 use crate::Error;
 use crate::metric_names as m;
 use crate::reconcile::{MetricEvent, PoolStats};
@@ -57,6 +59,18 @@ pub fn describe() {
     describe_gauge!(
         m::CIDRSET_MAX_CIDRS,
         "Maximum number of CIDRs that can be allocated."
+    );
+    describe_gauge!(
+        m::CIDRSET_USED_BLOCKS,
+        "Blocks in use per cluster CIDR, in grid blocks (the finest configured node CIDR mask size)."
+    );
+    describe_gauge!(
+        m::CIDRSET_GRID_MASK_SIZE,
+        "Prefix length (bits) of the grid blocks the cidrset gauges count."
+    );
+    describe_gauge!(
+        m::CIDRSET_LARGEST_FREE_ALIGNED_BLOCKS,
+        "Grid blocks in the largest entirely free aligned block (0 when full); a Node of mask size m needs 2^(grid - m)."
     );
     describe_gauge!(
         m::RATE_LIMITER_USE,
@@ -115,7 +129,8 @@ pub fn apply(event: &MetricEvent) {
     }
 }
 
-/// Sets the per-cluster-CIDR gauges (usage 0–1, max blocks) and the skipped-Node gauge.
+/// Sets the per-cluster-CIDR gauges (usage 0–1, max blocks, used blocks, grid — all in grid
+/// blocks) and the skipped-Node gauge.
 pub fn set_pool_gauges(stats: &[PoolStats], skipped_nodes: usize) {
     for s in stats {
         let label = s.cluster_cidr.to_string();
@@ -125,7 +140,83 @@ pub fn set_pool_gauges(stats: &[PoolStats], skipped_nodes: usize) {
             f64::from(s.used) / f64::from(s.capacity)
         };
         gauge!(m::CIDRSET_USAGE_CIDRS, m::LABEL_CLUSTER_CIDR => label.clone()).set(usage);
-        gauge!(m::CIDRSET_MAX_CIDRS, m::LABEL_CLUSTER_CIDR => label).set(f64::from(s.capacity));
+        gauge!(m::CIDRSET_MAX_CIDRS, m::LABEL_CLUSTER_CIDR => label.clone())
+            .set(f64::from(s.capacity));
+        gauge!(m::CIDRSET_USED_BLOCKS, m::LABEL_CLUSTER_CIDR => label.clone())
+            .set(f64::from(s.used));
+        gauge!(m::CIDRSET_GRID_MASK_SIZE, m::LABEL_CLUSTER_CIDR => label)
+            .set(f64::from(s.node_mask_size));
     }
     gauge!(m::SKIPPED_NODES).set(skipped_nodes as f64);
+}
+
+/// Sets the largest-free-block gauge of each cluster CIDR (grid blocks; 0 when full), from
+/// [`crate::reconcile::Allocator::largest_free_blocks`].
+pub fn set_largest_free_gauges(largest: &[(Cidr, Option<FreeBlock>)]) {
+    for (cluster_cidr, free) in largest {
+        let blocks = free.map_or(0, |f| f.block_count);
+        gauge!(m::CIDRSET_LARGEST_FREE_ALIGNED_BLOCKS, m::LABEL_CLUSTER_CIDR => cluster_cidr.to_string())
+            .set(f64::from(blocks));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::node_pools::{MaskRule, NodePools, RuleOrigin};
+    use crate::reconcile::{Allocator, NodeView};
+
+    /// The pool gauges of a node-pool cluster count grid blocks, and the largest free block
+    /// shrinks as a large-pool Node is served.
+    #[test]
+    fn pool_gauges_count_grid_blocks() {
+        let recorder = prometheus_builder().build_recorder();
+        let handle = recorder.handle();
+        let _guard = metrics::set_default_local_recorder(&recorder);
+        let config =
+            nodeipam_core::config::validate("10.244.0.0/22", "", Default::default()).unwrap();
+        let pools = NodePools {
+            rules: vec![
+                MaskRule::parse("agentpool=big:ipv4=23", RuleOrigin::Flag { index: 1 }).unwrap(),
+                MaskRule::parse("agentpool=small:ipv4=26", RuleOrigin::Flag { index: 2 }).unwrap(),
+            ],
+            ..NodePools::default()
+        };
+        let mut allocator =
+            Allocator::with_sizing(&config, pools.sizing(&config).unwrap()).unwrap();
+        let node = |name: &str, pool: &str| NodeView {
+            name: name.into(),
+            uid: Some(format!("uid-{name}")),
+            labels: [("agentpool".to_owned(), pool.to_owned())].into(),
+            ..NodeView::default()
+        };
+        let value = |name: &str| -> Option<f64> {
+            handle.render().lines().find_map(|line| {
+                line.strip_prefix(name)?
+                    .strip_prefix("{clusterCIDR=\"10.244.0.0/22\"} ")?
+                    .parse()
+                    .ok()
+            })
+        };
+        set_largest_free_gauges(&allocator.largest_free_blocks());
+        assert_eq!(value(m::CIDRSET_LARGEST_FREE_ALIGNED_BLOCKS), Some(16.0));
+        for (name, pool) in [("small-1", "small"), ("big-1", "big")] {
+            allocator.decide(&node(name, pool));
+        }
+        set_pool_gauges(&allocator.pool_stats(), 0);
+        set_largest_free_gauges(&allocator.largest_free_blocks());
+        // A /26 (1 block) from the cursor at 10.244.0.0, a /23 (8 blocks) first fit at 10.244.2.0.
+        assert_eq!(value(m::CIDRSET_USED_BLOCKS), Some(9.0));
+        assert_eq!(value(m::CIDRSET_MAX_CIDRS), Some(16.0));
+        assert_eq!(value(m::CIDRSET_GRID_MASK_SIZE), Some(26.0));
+        assert_eq!(value(m::CIDRSET_LARGEST_FREE_ALIGNED_BLOCKS), Some(4.0));
+        allocator.decide(&node("big-2", "big"));
+        set_largest_free_gauges(&allocator.largest_free_blocks());
+        assert_eq!(
+            value(m::CIDRSET_LARGEST_FREE_ALIGNED_BLOCKS),
+            Some(4.0),
+            "no second /23 fits: the largest free block is still the /24 at 10.244.1.0"
+        );
+    }
 }

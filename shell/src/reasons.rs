@@ -15,6 +15,11 @@ pub const POD_CIDR_OUT_OF_RANGE: &str = "PodCIDROutOfRange";
 /// The Node's podCIDRs overlap another Node's. The Node is skipped; its range stays reserved.
 pub const POD_CIDR_CONFLICT: &str = "PodCIDRConflict";
 
+/// The Node has no podCIDRs and its `nodeipam.io/node-cidr-mask-size-ipv4`/`-ipv6` label (honoured
+/// with `--allow-node-mask-label`) is not a size it may ask for: nothing is allocated until the
+/// label is fixed or removed.
+pub const NODE_CIDR_MASK_LABEL_INVALID: &str = "NodeCIDRMaskLabelInvalid";
+
 /// Action: allocating a pod CIDR for the Node.
 pub const ACTION_ALLOCATE: &str = "AllocatePodCIDR";
 /// Action: recording (occupying) the Node's existing pod CIDRs.

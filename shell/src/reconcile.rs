@@ -22,16 +22,25 @@
 //!   the Node object is gone (release), or the server refuses the write for good (422: release).
 //!   Upstream keeps the reservation only for a server timeout and releases on a client timeout;
 //! - when a Node is gone its blocks are released, except blocks that another Node's podCIDR (or a
-//!   service CIDR) still overlaps.
+//!   service CIDR) still overlaps;
+//! - with node-pool sizes ([`Sizing`], `CloudAllocator`) each cluster CIDR is counted in grid
+//!   blocks (the finest configured size) and a Node without podCIDRs gets the size its labels
+//!   select: coarser than the default first fit, the default or finer round-robin from the cursor
+//!   (exactly the range allocator's order when there are no rules). A Node whose mask label is
+//!   unusable gets nothing until the label changes (one Warning event).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
-use nodeipam_core::{AllocError, Cidr, CidrSet, IpamConfig, Pool, storage_words_for};
+use nodeipam_core::{
+    AllocError, BlockRequest, Cidr, CidrSet, FreeBlock, IpamConfig, Placement, Pool,
+    storage_words_for,
+};
 use serde_json::{Value, json};
 
+use crate::node_pools::{MaskSource, NodeMask, Sizing};
 use crate::reasons;
 
 /// A Node name, shared between the allocator's index, the informer cache and the work queue (one
@@ -55,6 +64,9 @@ pub struct NodeView {
     pub deleting: bool,
     /// `metadata.uid`: which Node object this is (a re-created Node of the same name has another).
     pub uid: Option<String>,
+    /// `metadata.labels` — all of them ([`NodeView::from_node`]) or only those the node-pool
+    /// rules read (the controller's cache keeps no others).
+    pub labels: BTreeMap<String, String>,
 }
 
 impl NodeView {
@@ -69,6 +81,7 @@ impl NodeView {
             pod_cidrs: spec.and_then(|s| s.pod_cidrs.clone()).unwrap_or_default(),
             deleting: node.metadata.deletion_timestamp.is_some(),
             uid: node.metadata.uid.clone(),
+            labels: node.metadata.labels.clone().unwrap_or_default(),
         }
     }
 
@@ -96,7 +109,8 @@ impl NodeView {
     }
 }
 
-/// Why a Node's existing podCIDRs could not be occupied.
+/// Why a Node is skipped: its existing podCIDRs could not be occupied, or (without podCIDRs) its
+/// mask label cannot be used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SkipKind {
     /// Unparsable, more than two, the same family twice, or `podCIDR ≠ podCIDRs[0]`.
@@ -105,6 +119,9 @@ pub enum SkipKind {
     OutOfRange,
     /// Overlaps another Node's podCIDR, or a service CIDR.
     Conflict,
+    /// No podCIDRs, and its node CIDR mask label is not a size it may ask for
+    /// (`--allow-node-mask-label`, `--node-mask-label-range`).
+    MaskLabel,
 }
 
 impl SkipKind {
@@ -114,6 +131,7 @@ impl SkipKind {
             SkipKind::Invalid => "invalid",
             SkipKind::OutOfRange => "out_of_range",
             SkipKind::Conflict => "conflict",
+            SkipKind::MaskLabel => "mask_label",
         }
     }
 
@@ -123,6 +141,7 @@ impl SkipKind {
             SkipKind::Invalid => reasons::POD_CIDR_INVALID,
             SkipKind::OutOfRange => reasons::POD_CIDR_OUT_OF_RANGE,
             SkipKind::Conflict => reasons::POD_CIDR_CONFLICT,
+            SkipKind::MaskLabel => reasons::NODE_CIDR_MASK_LABEL_INVALID,
         }
     }
 }
@@ -406,7 +425,8 @@ impl PatchOutcome {
 pub struct PoolStats {
     /// The cluster CIDR.
     pub cluster_cidr: Cidr,
-    /// The node block prefix length, bits.
+    /// The block prefix length, bits: the grid (the finest size a Node can get; the node CIDR
+    /// mask size without node-pool rules). Capacity, used and free count these blocks.
     pub node_mask_size: u8,
     /// Total blocks.
     pub capacity: u32,
@@ -467,19 +487,39 @@ pub struct Allocator {
     nodes: HashMap<NodeName, NodeRecord>,
     /// Records in [`RecordState::Skipped`] (kept in step by [`Allocator::put`]/[`Allocator::take`]).
     skipped: usize,
+    /// Per-Node mask sizes and the grid of each cluster CIDR.
+    sizing: Sizing,
+    /// Nodes without podCIDRs refused for their mask label: the object (uid) and the reason last
+    /// reported, so the event is published once per reason, not on every reconcile.
+    label_refusals: HashMap<NodeName, (Option<Box<str>>, String)>,
 }
 
 impl Allocator {
     /// Builds the pool from a validated configuration (one set per cluster CIDR, storage sized
-    /// exactly) and reserves the service CIDRs.
+    /// exactly) and reserves the service CIDRs: the range allocator, every Node gets the node CIDR
+    /// mask size ([`Sizing::range_allocator`]).
     ///
     /// # Errors
     /// [`AllocError::ServiceCidrFillsClusterCidr`] when a service CIDR leaves a cluster CIDR no free
     /// block (a configuration error); other [`AllocError`]s cannot happen for a validated config.
     pub fn new(config: &IpamConfig) -> Result<Allocator, AllocError> {
+        Allocator::with_sizing(config, Sizing::range_allocator(config))
+    }
+
+    /// As [`Allocator::new`], with per-Node sizes: each cluster CIDR's set is cut into its grid
+    /// ([`crate::node_pools::SetSizing::grid_mask`]), fixed for the allocator's life.
+    ///
+    /// # Errors
+    /// As [`Allocator::new`]; [`AllocError::InvalidNodeMaskSize`] or
+    /// [`AllocError::TooManyBlocks`] for a sizing not built from this configuration.
+    pub fn with_sizing(config: &IpamConfig, sizing: Sizing) -> Result<Allocator, AllocError> {
         let mut sets = config.cluster_cidrs.iter().map(|c| {
-            let words = storage_words_for(c.cluster_cidr.prefix_len(), c.node_mask_size);
-            CidrSet::new(c.cluster_cidr, c.node_mask_size, vec![0u64; words])
+            let grid = sizing
+                .set_for(c.cluster_cidr.family())
+                .filter(|s| s.cluster_cidr == c.cluster_cidr)
+                .map_or(c.node_mask_size, |s| s.grid_mask);
+            let words = storage_words_for(c.cluster_cidr.prefix_len(), grid);
+            CidrSet::new(c.cluster_cidr, grid, vec![0u64; words])
         });
         let first = sets.next().ok_or(AllocError::NoClusterCidr)??;
         let second = sets.next().transpose()?;
@@ -492,7 +532,57 @@ impl Allocator {
             service_cidrs: config.service_cidrs.iter().copied().collect(),
             nodes: HashMap::new(),
             skipped: 0,
+            sizing,
+            label_refusals: HashMap::new(),
         })
+    }
+
+    /// The per-Node sizes this allocator applies.
+    pub fn sizing(&self) -> &Sizing {
+        &self.sizing
+    }
+
+    /// The largest free aligned block of each cluster CIDR (flag order), `None` when it is full
+    /// (see [`CidrSet::largest_free_block`] for the cost).
+    pub fn largest_free_blocks(&self) -> Vec<(Cidr, Option<FreeBlock>)> {
+        self.pool
+            .sets()
+            .iter()
+            .map(|set| (set.cluster_cidr(), set.largest_free_block()))
+            .collect()
+    }
+
+    /// For a Node that keeps `pod_cidrs`: a sentence naming each podCIDR whose size differs from
+    /// the size its labels select now (podCIDRs cannot change once set, so it keeps them), or
+    /// `None` when they agree (or its mask label is unusable).
+    pub fn size_mismatch(&self, node: &NodeView, pod_cidrs: &[Cidr]) -> Option<String> {
+        let masks = self.sizing.resolve(&node.labels).ok()?;
+        let differences: Vec<String> = pod_cidrs
+            .iter()
+            .filter_map(|cidr| {
+                let index = self
+                    .sizing
+                    .sets()
+                    .iter()
+                    .position(|s| s.cluster_cidr.family() == cidr.family())?;
+                let want = masks.get(index)?;
+                (want.prefix_len != cidr.prefix_len()).then(|| {
+                    format!(
+                        "{cidr} is a /{} but {} asks for /{}",
+                        cidr.prefix_len(),
+                        self.sizing.describe(want.source),
+                        want.prefix_len
+                    )
+                })
+            })
+            .collect();
+        if differences.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "keeps its podCIDRs (they cannot change once set): {}",
+            differences.join("; ")
+        ))
     }
 
     /// Capacity and usage per cluster CIDR, flag order.
@@ -787,6 +877,7 @@ impl Allocator {
             .map(|r| r.held.clone())
             .unwrap_or_default();
         let metrics = self.forget(name);
+        self.label_refusals.remove(name);
         Decision::new(Action::Released { pod_cidrs: held }).after_metrics(metrics)
     }
 
@@ -821,18 +912,34 @@ impl Allocator {
             .map(|set| set.cluster_cidr())
     }
 
-    /// Allocates one block per cluster CIDR for a Node without podCIDRs (no record for it).
+    /// Allocates one block per cluster CIDR for a Node without podCIDRs (no record for it), of
+    /// the sizes its labels select.
     fn allocate(&mut self, node: &NodeView) -> Decision {
-        match self.pool.allocate_node() {
-            Ok(allocations) => {
-                let pod_cidrs: Vec<Cidr> = allocations.iter().map(|a| a.cidr).collect();
-                let metrics = allocations
+        let masks = match self.sizing.resolve(&node.labels) {
+            Ok(masks) => masks,
+            Err(error) => return self.refuse_mask_label(node, &error.to_string()),
+        };
+        self.label_refusals.remove(&node.name);
+        let requests: Vec<BlockRequest> = self
+            .pool
+            .sets()
+            .iter()
+            .zip(&masks)
+            .map(|(set, mask)| BlockRequest {
+                prefix_len: mask.prefix_len,
+                placement: self.placement(set.cluster_cidr(), mask.prefix_len),
+            })
+            .collect();
+        match self.pool.allocate_node_blocks(&requests) {
+            Ok(blocks) => {
+                let pod_cidrs: Vec<Cidr> = blocks.iter().map(|b| b.cidr).collect();
+                let metrics = blocks
                     .iter()
-                    .filter_map(|a| {
-                        self.cluster_cidr_of(a.cidr)
+                    .filter_map(|b| {
+                        self.cluster_cidr_of(b.cidr)
                             .map(|cluster_cidr| MetricEvent::Allocated {
                                 cluster_cidr,
-                                tries: a.tries,
+                                tries: b.tries,
                             })
                     })
                     .collect();
@@ -853,6 +960,7 @@ impl Allocator {
                 let mut reason = format!("no pod CIDR could be allocated: {error}");
                 if let AllocError::Exhausted { cluster_cidr } = error {
                     metrics.push(MetricEvent::Exhausted { cluster_cidr });
+                    reason.push_str(&self.block_size_clause(cluster_cidr, &masks));
                     reason.push_str(&self.space_holders(cluster_cidr));
                 }
                 let mut decision = Decision::new(Action::Fail {
@@ -871,13 +979,87 @@ impl Allocator {
         }
     }
 
-    /// For an exhausted cluster CIDR: names the Nodes holding more than one block of it (e.g. a
-    /// skipped Node whose podCIDR covers the whole cluster CIDR), largest first, at most three,
-    /// as a clause to append to the reason (empty when every block is held one per Node).
+    /// Blocks coarser than the default size go first fit (cloud-provider-azure's order, packing
+    /// large blocks low); the default size and finer ones round-robin from the cursor, so without
+    /// rules the order is the range allocator's.
+    fn placement(&self, cluster_cidr: Cidr, prefix_len: u8) -> Placement {
+        match self.sizing.set_for(cluster_cidr.family()) {
+            Some(set) if prefix_len < set.default_mask => Placement::FirstFit,
+            _ => Placement::NextFromCursor,
+        }
+    }
+
+    /// A Node without podCIDRs whose mask label cannot be used: nothing is allocated until the
+    /// label changes; the Warning event and the metric are emitted once per object and reason.
+    fn refuse_mask_label(&mut self, node: &NodeView, why: &str) -> Decision {
+        let reason = format!("{why}; no pod CIDR is allocated until the label is fixed or removed");
+        let uid: Option<Box<str>> = node.uid.as_deref().map(Into::into);
+        let mut decision = Decision::new(Action::Skip {
+            reason: reason.clone(),
+        });
+        let known = self
+            .label_refusals
+            .get(&node.name)
+            .is_some_and(|(u, r)| *u == uid && *r == reason);
+        if !known {
+            decision.events.push(EventSpec {
+                kind: EventKind::Warning,
+                reason: SkipKind::MaskLabel.event_reason(),
+                note: truncate_note(format!("Node {}: {reason}", node.name)),
+                action: reasons::ACTION_ALLOCATE,
+            });
+            decision.metrics.push(MetricEvent::NodeSkipped {
+                kind: SkipKind::MaskLabel,
+            });
+            self.label_refusals.insert(node.name.clone(), (uid, reason));
+        }
+        decision
+    }
+
+    /// For a request that found no free aligned block of its size in `cluster_cidr`: the size
+    /// asked for, where it came from, and the largest block still free (empty when the request
+    /// was one grid block: then the cluster CIDR is simply full).
+    fn block_size_clause(&self, cluster_cidr: Cidr, masks: &[NodeMask]) -> String {
+        let Some(index) = self
+            .pool
+            .sets()
+            .iter()
+            .position(|s| s.cluster_cidr() == cluster_cidr)
+        else {
+            return String::new();
+        };
+        let (Some(set), Some(mask)) = (self.pool.sets().get(index), masks.get(index)) else {
+            return String::new();
+        };
+        if mask.prefix_len == set.node_mask_size() && mask.source == MaskSource::Default {
+            return String::new();
+        }
+        let largest = match set.largest_free_block() {
+            Some(free) => format!("the largest free block is {}", free.cidr),
+            None => "no block is free".to_owned(),
+        };
+        format!(
+            " (no free aligned /{} as {} asks; {} of {} /{} blocks are free, {largest})",
+            mask.prefix_len,
+            self.sizing.describe(mask.source),
+            set.free_count(),
+            set.block_count(),
+            set.node_mask_size()
+        )
+    }
+
+    /// For an exhausted cluster CIDR: names the Nodes holding a range larger than any size the
+    /// configuration gives (e.g. a skipped Node whose podCIDR covers the whole cluster CIDR),
+    /// largest first, at most three, as a clause to append to the reason (empty when every Node
+    /// holds a block of a configured size).
     fn space_holders(&self, cluster_cidr: Cidr) -> String {
         let Some(set) = self.pool.set_for(cluster_cidr.family()) else {
             return String::new();
         };
+        let coarsest = self
+            .sizing
+            .set_for(cluster_cidr.family())
+            .map_or(set.node_mask_size(), |s| s.coarsest_mask);
         let mut holders: Vec<(u64, &str, Cidr, bool)> = self
             .nodes
             .iter()
@@ -886,11 +1068,13 @@ impl Allocator {
                 record
                     .held
                     .iter()
-                    .filter(|c| c.family() == cluster_cidr.family())
+                    .filter(move |c| {
+                        c.family() == cluster_cidr.family() && c.prefix_len() < coarsest
+                    })
                     .filter_map(move |c| {
                         let (first, last) = set.block_range(*c).ok()?;
                         let blocks = u64::from(last - first) + 1;
-                        (blocks > 1).then_some((blocks, &**name, *c, skipped))
+                        Some((blocks, &**name, *c, skipped))
                     })
             })
             .collect();
@@ -1235,3 +1419,6 @@ struct SkipReport {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod node_pool_tests;

@@ -45,12 +45,27 @@ const WATCH_IDLE_GRACE: Duration = Duration::from_secs(30);
 #[derive(Default)]
 pub struct NodeCache {
     nodes: Mutex<HashMap<NodeName, CachedNode>>,
+    /// The label keys a [`CachedNode`] keeps (those the node-pool rules read).
+    label_keys: Vec<std::sync::Arc<str>>,
 }
 
 impl NodeCache {
-    /// An empty cache.
+    /// An empty cache that keeps no labels.
     pub fn new() -> NodeCache {
         NodeCache::default()
+    }
+
+    /// An empty cache that keeps the labels with these keys (and no others) of every Node.
+    pub fn with_label_keys(keys: &[String]) -> NodeCache {
+        NodeCache {
+            nodes: Mutex::default(),
+            label_keys: keys.iter().map(|k| k.as_str().into()).collect(),
+        }
+    }
+
+    /// The compact copy of `node` this cache keeps.
+    fn compact(&self, node: &SlimNode) -> CachedNode {
+        CachedNode::of(node, &self.label_keys)
     }
 
     fn nodes(&self) -> MutexGuard<'_, HashMap<NodeName, CachedNode>> {
@@ -91,7 +106,7 @@ impl NodeCache {
         if name.is_empty() {
             return None;
         }
-        let cached = CachedNode::of(node);
+        let cached = self.compact(node);
         let mut nodes = self.nodes();
         if let Some((key, value)) = nodes.get_key_value(name) {
             let key = key.clone();
@@ -477,7 +492,7 @@ fn insert_fresh(fresh: &mut HashMap<NodeName, CachedNode>, cache: &NodeCache, no
     if name.is_empty() {
         return;
     }
-    fresh.insert(cache.shared_name(name), CachedNode::of(node));
+    fresh.insert(cache.shared_name(name), cache.compact(node));
 }
 
 /// Capped exponential retry delays with jitter (`backon`; kube-rs's watcher default is

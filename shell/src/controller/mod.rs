@@ -56,7 +56,8 @@ pub use worker::WriteGate;
 
 use crate::Error;
 use crate::flags::ControllerFlags;
-use crate::reconcile::PoolStats;
+use crate::node_pools::NodePools;
+use crate::reconcile::{Allocator, PoolStats};
 
 /// Name of the controller (events' `reportingController`, field manager).
 pub const CONTROLLER_NAME: &str = "nodeipam-controller";
@@ -86,6 +87,9 @@ pub struct LeaderElection {
 pub struct ControllerConfig {
     /// Validated cluster/service CIDRs and mask sizes.
     pub ipam: IpamConfig,
+    /// Per-Node mask sizes (`CloudAllocator` rules and mask labels); none by default (the range
+    /// allocator). Checked against `ipam` when [`run`] starts.
+    pub node_pools: NodePools,
     /// Writes per second (token bucket refill).
     pub kube_api_qps: f64,
     /// Token bucket size.
@@ -119,6 +123,7 @@ impl ControllerConfig {
     pub fn new(ipam: IpamConfig) -> ControllerConfig {
         ControllerConfig {
             ipam,
+            node_pools: NodePools::default(),
             kube_api_qps: 20.0,
             kube_api_burst: 30,
             leader_election: None,
@@ -258,7 +263,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<RunSummary, Error> {
     // Fail fast on a configuration error, before taking a Lease.
-    crate::reconcile::Allocator::new(&config.ipam).map_err(Error::Pool)?;
+    build_allocator(&config)?;
     let health = config.health.clone();
     let (stop_tx, stop_rx) = watch::channel(false);
     let shutdown = shutdown.shared();
@@ -373,6 +378,20 @@ pub async fn run(
         return Err(Error::LeadershipLost);
     }
     summary
+}
+
+/// The allocator for `config`: its node-pool sizes checked against the cluster CIDRs, the grid
+/// fixed, the service CIDRs reserved.
+///
+/// # Errors
+/// [`Error::NodePools`] for rules that do not fit the cluster CIDRs; [`Error::Pool`] if a service
+/// CIDR fills a cluster CIDR.
+pub fn build_allocator(config: &ControllerConfig) -> Result<Allocator, Error> {
+    let sizing = config
+        .node_pools
+        .sizing(&config.ipam)
+        .map_err(Error::NodePools)?;
+    Allocator::with_sizing(&config.ipam, sizing).map_err(Error::Pool)
 }
 
 /// The request timeout the workers use while leading: at most `lease duration − retry period −

@@ -5,10 +5,13 @@
 //! copy the informer keeps per Node.
 //!
 //! A real Node is 5–15 kB of JSON; keeping whole `k8s_openapi` Nodes cost ~10 kB of memory per
-//! Node (0.5 GB at 50,000 Nodes). A [`CachedNode`] is a few dozen bytes plus its podCIDR texts.
+//! Node (0.5 GB at 50,000 Nodes). A [`CachedNode`] is a few dozen bytes plus its podCIDR texts and
+//! the values of the few labels the node-pool rules read (keys known at start-up, shared); a
+//! Node's other labels (typically 15–25) are not kept.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::ClusterResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -95,6 +98,7 @@ impl SlimNode {
             pod_cidrs: self.pod_cidrs.clone(),
             deleting: self.deleting,
             uid: self.metadata.uid.clone(),
+            labels: self.metadata.labels.clone().unwrap_or_default(),
         }
     }
 }
@@ -134,16 +138,27 @@ pub struct CachedNode {
     pub pod_cidrs: Box<[Box<str>]>,
     /// Whether `metadata.deletionTimestamp` is set.
     pub deleting: bool,
+    /// The labels among the watched keys that the Node has: `(key, value)`, keys in the order
+    /// given to [`CachedNode::of`] (shared with it). Empty without node-pool rules.
+    pub labels: Box<[(Arc<str>, Box<str>)]>,
 }
 
 impl CachedNode {
-    /// The compact copy of `node`.
-    pub fn of(node: &SlimNode) -> CachedNode {
+    /// The compact copy of `node`, keeping only the labels whose keys are in `label_keys`.
+    pub fn of(node: &SlimNode, label_keys: &[Arc<str>]) -> CachedNode {
+        let labels = match &node.metadata.labels {
+            Some(all) if !label_keys.is_empty() => label_keys
+                .iter()
+                .filter_map(|key| all.get(&**key).map(|v| (key.clone(), v.as_str().into())))
+                .collect(),
+            _ => Box::default(),
+        };
         CachedNode {
             uid: node.metadata.uid.as_deref().map(Into::into),
             pod_cidr: node.pod_cidr.as_deref().map(Into::into),
             pod_cidrs: node.pod_cidrs.iter().map(|c| c.as_str().into()).collect(),
             deleting: node.deleting,
+            labels,
         }
     }
 
@@ -155,6 +170,11 @@ impl CachedNode {
             pod_cidrs: self.pod_cidrs.iter().map(|c| c.to_string()).collect(),
             deleting: self.deleting,
             uid: self.uid.as_deref().map(str::to_owned),
+            labels: self
+                .labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         }
     }
 
@@ -198,11 +218,46 @@ mod tests {
                     "{file}"
                 );
                 let name: NodeName = slim.name().into();
-                assert_eq!(CachedNode::of(&slim).view(&name), slim.view(), "{file}");
+                let all_keys: Vec<Arc<str>> = slim
+                    .metadata
+                    .labels
+                    .iter()
+                    .flatten()
+                    .map(|(k, _)| k.as_str().into())
+                    .collect();
+                assert_eq!(
+                    CachedNode::of(&slim, &all_keys).view(&name),
+                    slim.view(),
+                    "{file}"
+                );
                 checked += 1;
             }
         }
         assert!(checked >= 30, "only {checked} fixture Nodes");
+    }
+
+    /// The cache keeps only the watched labels (the AKS fixture's Nodes have 19).
+    #[test]
+    fn cache_keeps_only_the_watched_labels() {
+        let item = fixture_items("03-aks-kubenet-3nodes.json")[0].clone();
+        let slim: SlimNode = serde_json::from_value(item).expect("a slim Node");
+        assert_eq!(slim.metadata.labels.as_ref().map(BTreeMap::len), Some(19));
+        let keys: Vec<Arc<str>> = ["agentpool", "kubernetes.azure.com/agentpool"]
+            .into_iter()
+            .map(Into::into)
+            .collect();
+        let cached = CachedNode::of(&slim, &keys);
+        assert_eq!(cached.labels.len(), 1);
+        assert!(
+            Arc::ptr_eq(&cached.labels[0].0, &keys[0]),
+            "keys are shared"
+        );
+        let view = cached.view(&NodeName::from(slim.name()));
+        assert_eq!(
+            view.labels,
+            BTreeMap::from([("agentpool".to_owned(), "agentpool".to_owned())])
+        );
+        assert!(CachedNode::of(&slim, &[]).labels.is_empty());
     }
 
     #[test]

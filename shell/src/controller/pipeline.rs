@@ -23,11 +23,10 @@ pub(super) async fn run(
     mut stop: watch::Receiver<bool>,
     write_gate: WriteGate,
 ) -> Result<RunSummary, Error> {
-    let allocator = Arc::new(Mutex::new(
-        Allocator::new(&config.ipam).map_err(Error::Pool)?,
-    ));
+    let allocator = super::build_allocator(&config)?;
+    let cache = Arc::new(NodeCache::with_label_keys(&allocator.sizing().label_keys()));
+    let allocator = Arc::new(Mutex::new(allocator));
     let health = config.health.clone();
-    let cache = Arc::new(NodeCache::new());
     let queue = Arc::new(WorkQueue::new());
     let (synced_tx, mut synced) = watch::channel(SyncState::default());
     let (broken_tx, mut broken) = watch::channel::<Option<String>>(None);
@@ -124,6 +123,7 @@ pub(super) async fn run(
         broken_tx,
     ));
     let mut dispatcher = tokio::spawn(worker::dispatch(shared, stop.clone()));
+    let gauges = tokio::spawn(refresh_largest_free(allocator.clone()));
     // Which task ended the term (its handle must not be polled again).
     let mut informer_done = false;
     let mut dispatcher_done = false;
@@ -151,6 +151,7 @@ pub(super) async fn run(
     };
     // Stop taking work; let the in-flight writes finish (each bounded by the request timeout).
     queue.shut_down();
+    gauges.abort();
     if !informer_done {
         informer_task.abort();
         let _ = informer_task.await;
@@ -187,6 +188,23 @@ fn task_failed(health: &super::Health, task: &'static str, reason: String) -> Er
     Error::TaskFailed { task, reason }
 }
 
+/// How often the largest-free-block gauge is recomputed. It is not updated on every allocation:
+/// on a 2^24-block set the search takes up to milliseconds (see
+/// `CidrSet::largest_free_block`), under the allocator's lock.
+const LARGEST_FREE_REFRESH: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Sets the largest-free-block gauges now and every [`LARGEST_FREE_REFRESH`] (until aborted).
+async fn refresh_largest_free(allocator: Arc<Mutex<Allocator>>) {
+    loop {
+        let largest = allocator
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .largest_free_blocks();
+        m::set_largest_free_gauges(&largest);
+        tokio::time::sleep(LARGEST_FREE_REFRESH).await;
+    }
+}
+
 /// Occupies every cached Node's podCIDRs (sorted by name); records the metrics and logs now,
 /// returns the skip events to publish on each Node's first reconcile.
 fn startup_occupy(
@@ -207,12 +225,19 @@ fn startup_occupy(
         .filter(|(_, d)| matches!(d.action, Action::Skip { .. }))
         .count();
     let mut events = HashMap::new();
-    for (name, decision) in decisions.iter() {
+    let mut other_size = 0usize;
+    for ((name, decision), view) in decisions.iter().zip(&views) {
         for metric in &decision.metrics {
             m::apply(metric);
         }
         if let Action::Skip { reason } = &decision.action {
             tracing::warn!(node = %name, %reason, "skipping Node");
+        }
+        if let Action::Keep { pod_cidrs } = &decision.action
+            && let Some(reason) = allocator.size_mismatch(view, pod_cidrs)
+        {
+            other_size += 1;
+            tracing::info!(node = %name, %reason, "Node keeps a pod CIDR of another size than its node pool's");
         }
         if !decision.events.is_empty() {
             events.insert(name.clone(), decision.events.clone());
@@ -235,6 +260,7 @@ fn startup_occupy(
         occupied = decisions.len() - skipped,
         skipped,
         waiting = snapshot.len() - decisions.len(),
+        other_size,
         "start-up occupy done; allocating"
     );
     events

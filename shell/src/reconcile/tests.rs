@@ -25,6 +25,7 @@ fn node(name: &str, pod_cidrs: &[&str]) -> NodeView {
         pod_cidrs: pod_cidrs.iter().map(|s| (*s).to_owned()).collect(),
         deleting: false,
         uid: Some(format!("uid-{name}")),
+        labels: BTreeMap::new(),
     }
 }
 
