@@ -14,8 +14,13 @@ use std::time::Duration;
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 use nodeipam_core::{ConfigError, IpamConfig, NodeMaskFlags};
 
-/// Upstream's only supported allocator type for this controller.
+use crate::node_pools::{LabelRange, MaskRule, NodePoolError, NodePools, RuleOrigin};
+
+/// kube-controller-manager's allocator type: every Node gets the node CIDR mask size (default).
 pub const RANGE_ALLOCATOR: &str = "RangeAllocator";
+/// cloud-provider-azure's allocator type: per-Node sizes, here from node-pool rules and labels
+/// ([`crate::node_pools`]).
+pub const CLOUD_ALLOCATOR: &str = "CloudAllocator";
 
 /// Default Lease name for leader election (`--leader-elect-resource-name`).
 pub const DEFAULT_LEASE_NAME: &str = "nodeipam-controller";
@@ -107,9 +112,29 @@ pub struct IpamFlags {
     #[arg(long, global = true, value_name = "BOOL", default_value_t = true, action = ArgAction::Set,
           num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub allocate_node_cidrs: bool,
-    /// CIDR allocator type; only `RangeAllocator` is implemented.
+    /// CIDR allocator type: `RangeAllocator` (every Node gets the node CIDR mask size) or
+    /// `CloudAllocator` (per-Node sizes from --node-cidr-mask-size-rule and the Nodes' labels).
     #[arg(long, global = true, value_name = "TYPE", default_value = RANGE_ALLOCATOR, value_parser = parse_allocator_type)]
     pub cidr_allocator_type: String,
+    /// CloudAllocator rule, repeatable: Nodes whose label KEY equals VALUE get /N (IPv4) and /M
+    /// (IPv6) blocks, e.g. 'kubernetes.azure.com/agentpool=bigpool:ipv4=23,ipv6=64'. First match
+    /// wins (these flags in order, then the rules file); a family the rule leaves out gets the
+    /// default size.
+    #[arg(long = "node-cidr-mask-size-rule", global = true, value_name = "KEY=VALUE:ipv4=N,ipv6=M", action = ArgAction::Append)]
+    pub node_cidr_mask_size_rules: Vec<String>,
+    /// CloudAllocator rules file: one rule per line in --node-cidr-mask-size-rule's syntax; blank
+    /// lines and lines starting with # are ignored.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub node_cidr_mask_size_rules_file: Option<PathBuf>,
+    /// CloudAllocator: honour the Nodes' nodeipam.io/node-cidr-mask-size-ipv4/-ipv6 labels
+    /// (before the rules), within --node-mask-label-range. A kubelet can set these on its own Node.
+    #[arg(long, global = true, value_name = "BOOL", default_value_t = false, action = ArgAction::Set,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub allow_node_mask_label: bool,
+    /// The sizes a Node's mask label may ask for, e.g. 'ipv4=23-26,ipv6=60-64' (default: from the
+    /// coarsest to the finest size the default and the rules give).
+    #[arg(long, global = true, value_name = "ipv4=MIN-MAX,ipv6=MIN-MAX", value_parser = LabelRange::parse)]
+    pub node_mask_label_range: Option<LabelRange>,
 }
 
 /// Client, leader-election and serving flags.
@@ -182,6 +207,56 @@ impl IpamFlags {
     }
 }
 
+impl IpamFlags {
+    /// The node-pool rules and label settings: the flags' rules in order, then the rules file's
+    /// (read here). Checked against the cluster CIDRs later ([`NodePools::sizing`]).
+    ///
+    /// # Errors
+    /// [`NodePoolError::NeedsCloudAllocator`] for a node-pool flag with the `RangeAllocator`;
+    /// [`NodePoolError::RuleSyntax`] naming the rule; [`NodePoolError::ReadRulesFile`].
+    pub fn node_pools(&self) -> Result<NodePools, NodePoolError> {
+        if self.cidr_allocator_type != CLOUD_ALLOCATOR {
+            let given = [
+                (
+                    !self.node_cidr_mask_size_rules.is_empty(),
+                    "--node-cidr-mask-size-rule",
+                ),
+                (
+                    self.node_cidr_mask_size_rules_file.is_some(),
+                    "--node-cidr-mask-size-rules-file",
+                ),
+                (self.allow_node_mask_label, "--allow-node-mask-label"),
+                (
+                    self.node_mask_label_range.is_some(),
+                    "--node-mask-label-range",
+                ),
+            ];
+            if let Some((_, flag)) = given.iter().find(|(given, _)| *given) {
+                return Err(NodePoolError::NeedsCloudAllocator { flag });
+            }
+        }
+        let mut rules = self
+            .node_cidr_mask_size_rules
+            .iter()
+            .enumerate()
+            .map(|(i, text)| MaskRule::parse(text, RuleOrigin::Flag { index: i + 1 }))
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some(path) = &self.node_cidr_mask_size_rules_file {
+            let text =
+                std::fs::read_to_string(path).map_err(|source| NodePoolError::ReadRulesFile {
+                    path: path.clone(),
+                    source,
+                })?;
+            rules.extend(crate::node_pools::parse_rules_file(path, &text)?);
+        }
+        Ok(NodePools {
+            rules,
+            allow_mask_label: self.allow_node_mask_label,
+            label_range: self.node_mask_label_range.unwrap_or_default(),
+        })
+    }
+}
+
 impl ControllerFlags {
     /// Checks the values clap cannot check one flag at a time, with kube-controller-manager's rules
     /// (component-base `ValidateLeaderElectionConfiguration` and client-go's `NewLeaderElector`),
@@ -231,10 +306,12 @@ impl ControllerFlags {
 }
 
 fn parse_allocator_type(text: &str) -> Result<String, String> {
-    if text == RANGE_ALLOCATOR {
+    if text == RANGE_ALLOCATOR || text == CLOUD_ALLOCATOR {
         Ok(text.to_owned())
     } else {
-        Err(format!("only {RANGE_ALLOCATOR} is supported"))
+        Err(format!(
+            "{RANGE_ALLOCATOR} and {CLOUD_ALLOCATOR} are supported"
+        ))
     }
 }
 
@@ -386,7 +463,8 @@ mod tests {
     #[test]
     fn bad_flags_are_rejected() {
         for args in [
-            vec!["--cidr-allocator-type=CloudAllocator"],
+            vec!["--cidr-allocator-type=IPAMFromCloud"],
+            vec!["--node-mask-label-range=ipv4=26-23"],
             vec!["--kube-api-qps=0"],
             vec!["--kube-api-burst=0"],
             vec!["--node-cidr-mask-size=300"],
@@ -398,6 +476,69 @@ mod tests {
             let argv = std::iter::once("nodeipam-controller").chain(args.iter().copied());
             assert!(Cli::try_parse_from(argv).is_err(), "{args:?}");
         }
+    }
+
+    #[test]
+    fn node_pool_flags() {
+        let parse = |args: &[&str]| {
+            let argv = std::iter::once("nodeipam-controller").chain(args.iter().copied());
+            Cli::try_parse_from(argv).expect("parses").ipam.node_pools()
+        };
+        let pools = parse(&[
+            "--cidr-allocator-type=CloudAllocator",
+            "--node-cidr-mask-size-rule",
+            "kubernetes.azure.com/agentpool=bigpool:ipv4=23,ipv6=64",
+            "--node-cidr-mask-size-rule=agentpool=small:ipv4=26",
+            "--allow-node-mask-label",
+            "--node-mask-label-range=ipv4=22-26",
+        ])
+        .expect("valid");
+        let texts: Vec<&str> = pools.rules.iter().map(|r| r.text.as_str()).collect();
+        assert_eq!(
+            texts,
+            [
+                "kubernetes.azure.com/agentpool=bigpool:ipv4=23,ipv6=64",
+                "agentpool=small:ipv4=26"
+            ]
+        );
+        assert!(pools.allow_mask_label);
+        assert_eq!(pools.label_range.ipv4, Some((22, 26)));
+        assert_eq!(
+            parse(&[]).expect("no rules"),
+            NodePools::default(),
+            "RangeAllocator by default"
+        );
+        for flag in [
+            "--node-cidr-mask-size-rule=agentpool=big:ipv4=23",
+            "--allow-node-mask-label",
+            "--node-cidr-mask-size-rules-file=/nonexistent",
+        ] {
+            let error = parse(&[flag])
+                .expect_err("needs CloudAllocator")
+                .to_string();
+            assert!(
+                error.contains("needs --cidr-allocator-type=CloudAllocator"),
+                "{error}"
+            );
+        }
+        let error = parse(&[
+            "--cidr-allocator-type=CloudAllocator",
+            "--node-cidr-mask-size-rule=agentpool=big:ipv4=23",
+            "--node-cidr-mask-size-rule=agentpool",
+        ])
+        .expect_err("bad second rule")
+        .to_string();
+        assert!(
+            error.starts_with("--node-cidr-mask-size-rule #2 \"agentpool\""),
+            "{error}"
+        );
+        let error = parse(&[
+            "--cidr-allocator-type=CloudAllocator",
+            "--node-cidr-mask-size-rules-file=/nonexistent/rules",
+        ])
+        .expect_err("missing file")
+        .to_string();
+        assert!(error.contains("/nonexistent/rules"), "{error}");
     }
 
     #[test]

@@ -7,6 +7,7 @@ use clap::Parser as _;
 use nodeipam::Error;
 use nodeipam::controller::{self, ControllerConfig};
 use nodeipam::flags::{Cli, Command, IpamFlags, OutputFormat, PlanArgs};
+use nodeipam::node_pools::{NodePools, Sizing};
 use nodeipam_core::IpamConfig;
 
 fn main() -> ExitCode {
@@ -62,11 +63,18 @@ fn fail(error: &Error) -> u8 {
 }
 
 /// Validates the IPAM flags, including what only shows when the pool is built (a service CIDR
-/// covering every block of a cluster CIDR), so that such a configuration exits 2 before any
-/// listener or client is set up (the controller used to report a client error, exit 1, first).
-fn validate(flags: &IpamFlags) -> Result<IpamConfig, Error> {
+/// covering every block of a cluster CIDR, node-pool rules that do not fit the cluster CIDRs), so
+/// that such a configuration exits 2 before any listener or client is set up (the controller used
+/// to report a client error, exit 1, first). Logs a warning per rule keyed on a label a kubelet
+/// may set.
+fn validate(flags: &IpamFlags) -> Result<(IpamConfig, NodePools, Sizing), Error> {
     let config = flags.validate().map_err(Error::Config)?;
-    nodeipam::reconcile::Allocator::new(&config).map_err(Error::Pool)?;
+    let pools = flags.node_pools().map_err(Error::NodePools)?;
+    let sizing = pools.sizing(&config).map_err(Error::NodePools)?;
+    nodeipam::reconcile::Allocator::with_sizing(&config, sizing.clone()).map_err(Error::Pool)?;
+    for warning in sizing.warnings() {
+        tracing::warn!("{warning}");
+    }
     for cluster in &config.cluster_cidrs {
         if cluster.host_bits_were_set {
             tracing::warn!(
@@ -76,7 +84,7 @@ fn validate(flags: &IpamFlags) -> Result<IpamConfig, Error> {
             );
         }
     }
-    Ok(config)
+    Ok((config, pools, sizing))
 }
 
 fn run_plan(args: &PlanArgs, ipam: &IpamFlags) -> u8 {
@@ -86,8 +94,8 @@ fn run_plan(args: &PlanArgs, ipam: &IpamFlags) -> u8 {
         );
         return 2;
     }
-    let config = match validate(ipam) {
-        Ok(config) => config,
+    let (config, _, sizing) = match validate(ipam) {
+        Ok(valid) => valid,
         Err(e) => return fail(&e),
     };
     let text = if args.input == "-" {
@@ -107,7 +115,7 @@ fn run_plan(args: &PlanArgs, ipam: &IpamFlags) -> u8 {
     };
     let report = text
         .and_then(|text| nodeipam::nodelist::parse_nodes(&text))
-        .and_then(|nodes| nodeipam::plan::plan(&config, &nodes));
+        .and_then(|nodes| nodeipam::plan::plan_with_sizing(&config, sizing, &nodes));
     let report = match report {
         Ok(report) => report,
         Err(e) => return fail(&e),
@@ -126,7 +134,7 @@ fn run_controller(cli: &Cli) -> u8 {
     }
     let ipam = if cli.ipam.allocate_node_cidrs {
         match validate(&cli.ipam) {
-            Ok(config) => Some(config),
+            Ok((config, pools, _)) => Some((config, pools)),
             Err(e) => return fail(&e),
         }
     } else {
@@ -190,7 +198,7 @@ fn run_controller(cli: &Cli) -> u8 {
                 tracing::error!(?result, "the health probe server stopped");
             });
         }
-        let Some(ipam) = ipam else {
+        let Some((ipam, node_pools)) = ipam else {
             tracing::info!("--allocate-node-cidrs=false: not allocating; waiting for a signal");
             health.set_ready(true);
             tokio::select! {
@@ -205,6 +213,7 @@ fn run_controller(cli: &Cli) -> u8 {
             Err(e) => return fail(&e),
         };
         let mut config = ControllerConfig::from_flags(ipam, flags);
+        config.node_pools = node_pools;
         config.health = health.clone();
         let controller = controller::run(config, client, shutdown_signal());
         tokio::pin!(controller);

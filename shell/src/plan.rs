@@ -3,10 +3,15 @@
 //!
 //! JSON output (`--output json`), exactly:
 //! `{"nodes":[{"name":…,"podCIDRs":[…],"action":"keep"|"assign"|"skip"|"fail","reason":null|"…"}],
-//!   "pools":[{"clusterCIDR":…,"nodeMaskSize":…,"capacity":…,"used":…,"free":…}]}`
+//!   "pools":[{"clusterCIDR":…,"nodeMaskSize":…,"capacity":…,"used":…,"free":…,
+//!   "largestFreeBlock":null|"…"}]}`
 //! where `podCIDRs` is what the Node has (keep, skip) or would get (assign), empty for fail;
 //! `capacity`/`used`/`free` count node blocks after the plan (service CIDRs and skipped Nodes'
-//! reserved ranges count as used).
+//! reserved ranges count as used) — with node-pool rules, grid blocks of `nodeMaskSize` (the
+//! finest configured size); `largestFreeBlock` is the largest entirely free aligned block left.
+//! With node-pool rules, `reason` also says which rule or label sized an assigned block, and
+//! names kept podCIDRs whose size differs from what their labels select now (they keep them:
+//! podCIDRs cannot change once set).
 
 use std::fmt::Write as _;
 
@@ -15,6 +20,7 @@ use nodeipam_core::IpamConfig;
 use serde::Serialize;
 
 use crate::Error;
+use crate::node_pools::{MaskSource, Sizing};
 use crate::reconcile::{Action, Allocator, NodeView};
 
 /// What `plan` says about one Node.
@@ -46,6 +52,9 @@ pub struct PlanPool {
     pub used: u32,
     /// Free blocks.
     pub free: u32,
+    /// The largest entirely free aligned block (canonical CIDR text), `None` when full.
+    #[serde(rename = "largestFreeBlock")]
+    pub largest_free_block: Option<String>,
 }
 
 /// The whole plan.
@@ -115,31 +124,46 @@ impl PlanReport {
         let _ = writeln!(out);
         let _ = writeln!(
             out,
-            "{:24}  {:8}  {:>10}  {:>10}  {:>10}",
+            "{:24}  {:8}  {:>10}  {:>10}  {:>10}  LARGEST FREE",
             "CLUSTER CIDR", "NODEMASK", "CAPACITY", "USED", "FREE"
         );
         for pool in &self.pools {
             let _ = writeln!(
                 out,
-                "{:24}  {:8}  {:>10}  {:>10}  {:>10}",
+                "{:24}  {:8}  {:>10}  {:>10}  {:>10}  {}",
                 pool.cluster_cidr,
                 format!("/{}", pool.node_mask_size),
                 pool.capacity,
                 pool.used,
-                pool.free
+                pool.free,
+                pool.largest_free_block.as_deref().unwrap_or("-")
             );
         }
         out
     }
 }
 
-/// Plans `nodes` against `config`: start-up occupy of every existing podCIDR, then one allocation
-/// per Node without podCIDRs, in list order (each assumed to be patched successfully).
+/// Plans `nodes` against `config` with the range allocator (every Node gets the node CIDR mask
+/// size): start-up occupy of every existing podCIDR, then one allocation per Node without
+/// podCIDRs, in list order (each assumed to be patched successfully).
 ///
 /// # Errors
 /// [`Error::Pool`] if the configuration leaves a cluster CIDR no free block.
 pub fn plan(config: &IpamConfig, nodes: &[Node]) -> Result<PlanReport, Error> {
-    let mut allocator = Allocator::new(config).map_err(Error::Pool)?;
+    plan_with_sizing(config, Sizing::range_allocator(config), nodes)
+}
+
+/// [`plan`] with per-Node sizes (`CloudAllocator` rules and mask labels, from
+/// [`crate::node_pools::NodePools::sizing`]), as the controller applies them.
+///
+/// # Errors
+/// [`Error::Pool`] if the configuration leaves a cluster CIDR no free block.
+pub fn plan_with_sizing(
+    config: &IpamConfig,
+    sizing: Sizing,
+    nodes: &[Node],
+) -> Result<PlanReport, Error> {
+    let mut allocator = Allocator::with_sizing(config, sizing).map_err(Error::Pool)?;
     let views: Vec<NodeView> = nodes.iter().map(NodeView::from_node).collect();
     let mut startup = allocator.startup_occupy(&views).into_iter();
     let mut entries = Vec::with_capacity(views.len());
@@ -156,23 +180,51 @@ pub fn plan(config: &IpamConfig, nodes: &[Node]) -> Result<PlanReport, Error> {
             }
             decision
         };
-        entries.push(entry(view, decision.action));
+        let note = size_note(&allocator, view, &decision.action);
+        let mut planned = entry(view, decision.action);
+        if planned.reason.is_none() {
+            planned.reason = note;
+        }
+        entries.push(planned);
     }
+    let largest = allocator.largest_free_blocks();
     let pools = allocator
         .pool_stats()
         .into_iter()
-        .map(|s| PlanPool {
+        .zip(largest)
+        .map(|(s, (_, free))| PlanPool {
             cluster_cidr: s.cluster_cidr.to_string(),
             node_mask_size: s.node_mask_size,
             capacity: s.capacity,
             used: s.used,
             free: s.free,
+            largest_free_block: free.map(|f| f.cidr.to_string()),
         })
         .collect();
     Ok(PlanReport {
         nodes: entries,
         pools,
     })
+}
+
+/// With node-pool sizes: which rule or label sized an assigned block (`None` for the default
+/// sizes), or which kept podCIDRs differ from the size the Node's labels select now.
+fn size_note(allocator: &Allocator, view: &NodeView, action: &Action) -> Option<String> {
+    match action {
+        Action::Keep { pod_cidrs } => allocator.size_mismatch(view, pod_cidrs),
+        Action::Assign { pod_cidrs } => {
+            let sizing = allocator.sizing();
+            let masks = sizing.resolve(&view.labels).ok()?;
+            let sized: Vec<String> = pod_cidrs
+                .iter()
+                .zip(&masks)
+                .filter(|(_, m)| m.source != MaskSource::Default)
+                .map(|(cidr, m)| format!("{cidr} sized by {}", sizing.describe(m.source)))
+                .collect();
+            (!sized.is_empty()).then(|| sized.join("; "))
+        }
+        _ => None,
+    }
 }
 
 fn entry(view: &NodeView, action: Action) -> PlanNode {

@@ -92,7 +92,7 @@ fn aks_keeps_all_three_exactly() {
                 {"name": "aks-agentpool-11223344-vmss000001", "podCIDRs": ["10.244.2.0/24"], "action": "keep", "reason": null},
                 {"name": "aks-agentpool-11223344-vmss000002", "podCIDRs": ["10.244.0.0/24"], "action": "keep", "reason": null},
             ],
-            "pools": [{"clusterCIDR": "10.244.0.0/16", "nodeMaskSize": 24, "capacity": 256, "used": 3, "free": 253}],
+            "pools": [{"clusterCIDR": "10.244.0.0/16", "nodeMaskSize": 24, "capacity": 256, "used": 3, "free": 253, "largestFreeBlock": "10.244.128.0/17"}],
         })
     );
 }
