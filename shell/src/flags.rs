@@ -463,7 +463,7 @@ mod tests {
     #[test]
     fn bad_flags_are_rejected() {
         for args in [
-            vec!["--cidr-allocator-type=IPAMFromCloud"],
+            vec!["--cidr-allocator-type=IPAMFromCluster"],
             vec!["--node-mask-label-range=ipv4=26-23"],
             vec!["--kube-api-qps=0"],
             vec!["--kube-api-burst=0"],

@@ -152,7 +152,7 @@ fn bad_flags_exit_2_with_one_line_naming_the_flag() {
         (vec!["--kube-api-burst=0"], "--kube-api-burst"),
         (vec!["--allocate-node-cidrs=maybe"], "--allocate-node-cidrs"),
         (
-            vec!["--cidr-allocator-type=CloudAllocator"],
+            vec!["--cidr-allocator-type=IPAMFromCluster"],
             "--cidr-allocator-type",
         ),
         (

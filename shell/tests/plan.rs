@@ -387,8 +387,28 @@ fn bad_flags_and_input_exit_2_with_one_line() {
             "--output",
         ),
         (
-            vec!["--cidr-allocator-type=CloudAllocator"],
+            vec!["--cidr-allocator-type=IPAMFromCluster"],
             "--cidr-allocator-type",
+        ),
+        (
+            vec![
+                "plan",
+                "--cluster-cidr=10.0.0.0/16",
+                "--cidr-allocator-type=CloudAllocator",
+                "--node-cidr-mask-size-rule=agentpool=big:ipv4=23",
+                "--node-cidr-mask-size-rule=agentpool=huge:ipv4=8",
+                &path,
+            ],
+            "--node-cidr-mask-size-rule #2 \"agentpool=huge:ipv4=8\": /8 does not fit",
+        ),
+        (
+            vec![
+                "plan",
+                "--cluster-cidr=10.0.0.0/16",
+                "--node-cidr-mask-size-rule=agentpool=big:ipv4=23",
+                &path,
+            ],
+            "--node-cidr-mask-size-rule needs --cidr-allocator-type=CloudAllocator",
         ),
         (vec!["--kube-api-qps=-1"], "--kube-api-qps"),
     ];
@@ -455,4 +475,68 @@ fn plan_refuses_allocation_off() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("--allocate-node-cidrs=false"), "{stderr}");
     assert!(out.stdout.is_empty());
+}
+
+/// `--cidr-allocator-type=CloudAllocator` on fixture 08 (OpenShift on GCP): the masters' role
+/// label (`node-role.kubernetes.io/master`, which NodeRestriction keeps kubelets from setting)
+/// gives them /25s round-robin from the cursor, the workers keep the default /23 — on a /25 grid.
+/// The same rule from a rules file gives the same plan.
+#[test]
+fn cloud_allocator_sizes_openshift_masters_by_role() {
+    let rule = "node-role.kubernetes.io/master=:ipv4=25";
+    let flags = [
+        "--cluster-cidr=10.128.0.0/14",
+        "--node-cidr-mask-size=23",
+        "--service-cluster-ip-range=172.30.0.0/16",
+        "--cidr-allocator-type=CloudAllocator",
+    ];
+    let file = "08-openshift-gcp-6nodes-no-podcidr-obfuscated-ips.json";
+    let mut with_flag = flags.to_vec();
+    let rule_flag = format!("--node-cidr-mask-size-rule={rule}");
+    with_flag.push(&rule_flag);
+    let (code, json) = plan(file, &with_flag);
+    assert_eq!(code, 0, "{json}");
+    let got: Vec<(String, Vec<String>)> = actions(&json)
+        .into_iter()
+        .map(|(name, cidrs, _)| (name, cidrs))
+        .collect();
+    let want: Vec<(String, Vec<String>)> = [
+        ("master-0", "10.128.0.0/25"),
+        ("master-1", "10.128.0.128/25"),
+        ("master-2", "10.128.1.0/25"),
+        ("worker-b-7x8mw", "10.128.2.0/23"),
+        ("worker-c-nmnbz", "10.128.4.0/23"),
+        ("worker-d-bpnbd", "10.128.6.0/23"),
+    ]
+    .iter()
+    .map(|(n, c)| {
+        (
+            format!("ci-ln-d53y532-f76d1-2btqq-{n}"),
+            vec![(*c).to_owned()],
+        )
+    })
+    .collect();
+    assert_eq!(got, want);
+    assert!(all(&json, "assign"));
+    assert_eq!(
+        json["nodes"][0]["reason"],
+        format!("10.128.0.0/25 sized by --node-cidr-mask-size-rule #1 \"{rule}\"")
+    );
+    assert_eq!(json["nodes"][3]["reason"], Value::Null, "default size");
+    assert_eq!(json["pools"][0]["nodeMaskSize"], 25);
+    assert_eq!(json["pools"][0]["capacity"], 2048);
+    assert_eq!(json["pools"][0]["used"], 3 + 3 * 4);
+
+    let dir = std::env::temp_dir().join(format!("nodeipam-rules-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let rules = dir.join("rules");
+    std::fs::write(&rules, format!("# masters are small\n\n{rule}\n")).expect("write rules");
+    let rules_flag = format!("--node-cidr-mask-size-rules-file={}", rules.display());
+    let mut with_file = flags.to_vec();
+    with_file.push(&rules_flag);
+    let (code, from_file) = plan(file, &with_file);
+    std::fs::remove_dir_all(&dir).expect("clean up");
+    assert_eq!(code, 0);
+    assert_eq!(actions(&from_file), actions(&json));
+    assert_eq!(from_file["pools"], json["pools"]);
 }

@@ -5,7 +5,14 @@
 //! 2. every podCIDR lies in a cluster CIDR and avoids the service CIDRs;
 //! 3. every Node that can be served is served (has podCIDRs);
 //! 4. the pool's allocated count equals the blocks the Nodes (and service CIDRs) hold — nothing
-//!    leaked — and what the controller says it holds per Node is what the Node has.
+//!    leaked — and what the controller says it holds per Node is what the Node has;
+//! 5. with node-pool sizes (`CloudAllocator`): every Node listed in
+//!    [`ClusterSpec::expected_sizes`] got blocks of exactly those prefix lengths.
+//!
+//! Blocks are counted on each cluster CIDR's **grid**: the mask given with it in
+//! [`ClusterSpec::cluster_cidrs`], i.e. the node CIDR mask size, or with node-pool rules the
+//! finest size any Node can get (the controller's `PoolStats::node_mask_size`). A podCIDR of
+//! another size covers every grid block it overlaps, so mixed sizes are counted exactly.
 //!
 //! The checker uses `ipnet` and its own block arithmetic, not `nodeipam-core`, so it is an oracle
 //! rather than a restatement of the code under test.
@@ -20,10 +27,14 @@ use serde_json::Value;
 /// The configuration the controller ran with, as the checker needs it.
 #[derive(Debug, Clone)]
 pub struct ClusterSpec {
-    /// Cluster CIDRs with their node mask sizes (bits), flag order.
+    /// Cluster CIDRs with their grid (bits): the node CIDR mask size, or with node-pool rules the
+    /// finest configured size. Flag order.
     pub cluster_cidrs: Vec<(IpNet, u8)>,
     /// Service CIDRs.
     pub service_cidrs: Vec<IpNet>,
+    /// Node name → the prefix lengths its podCIDRs must have, `(IPv4, IPv6)` (`None`: any), for
+    /// Nodes sized by node-pool rules or labels. Empty: sizes are not checked.
+    pub expected_sizes: BTreeMap<String, (Option<u8>, Option<u8>)>,
 }
 
 impl ClusterSpec {
@@ -41,7 +52,15 @@ impl ClusterSpec {
         ClusterSpec {
             cluster_cidrs: cluster_cidrs.iter().map(|(c, m)| (parse(c), *m)).collect(),
             service_cidrs: service_cidrs.iter().map(|s| parse(s)).collect(),
+            expected_sizes: BTreeMap::new(),
         }
+    }
+
+    /// Expects Node `name` to be served with an IPv4 block of `/ipv4` and an IPv6 block of
+    /// `/ipv6` (`None`: not checked).
+    pub fn expect_sizes(mut self, name: &str, ipv4: Option<u8>, ipv6: Option<u8>) -> ClusterSpec {
+        self.expected_sizes.insert(name.to_owned(), (ipv4, ipv6));
+        self
     }
 }
 
@@ -222,6 +241,21 @@ pub fn check(
                     "Node {name}: two podCIDRs of one family: {texts:?}"
                 ));
             }
+            let expected = spec
+                .expected_sizes
+                .get(&name)
+                .and_then(|(v4, v6)| match net {
+                    IpNet::V4(_) => *v4,
+                    IpNet::V6(_) => *v6,
+                });
+            if let Some(want) = expected
+                && net.prefix_len() != want
+            {
+                violations.push(format!(
+                    "Node {name}: podCIDR {net} is a /{} but its node pool's size is /{want}",
+                    net.prefix_len()
+                ));
+            }
             if !spec.cluster_cidrs.iter().any(|(c, _)| c.contains(net)) {
                 violations.push(format!("Node {name}: podCIDR {net} is in no cluster CIDR"));
             }
@@ -358,6 +392,28 @@ mod tests {
         // Two Node blocks + the service CIDR's block.
         assert_eq!(report.used_blocks["10.0.0.0/22"], 3);
         assert_eq!(report.used_blocks["fd00::/120"], 2);
+    }
+
+    /// Mixed sizes on a /26 grid: a /23 counts 8 grid blocks, a /24 4, a /26 1; a wrong size is
+    /// reported for a Node with an expected size.
+    #[test]
+    fn mixed_sizes_count_grid_blocks() {
+        let spec = ClusterSpec::new(&[("10.244.0.0/16", 26)], &[])
+            .expect_sizes("big", Some(23), None)
+            .expect_sizes("small", Some(26), None);
+        let nodes = vec![
+            node("big", &["10.244.2.0/23"]),
+            node("default", &["10.244.0.0/24"]),
+            node("small", &["10.244.1.0/26"]),
+        ];
+        let report = check(&nodes, &spec, &[], None).unwrap();
+        assert_eq!(report.used_blocks["10.244.0.0/16"], 8 + 4 + 1);
+        let wrong = vec![node("big", &["10.244.2.0/24"])];
+        let errors = check(&wrong, &spec, &[], None).unwrap_err();
+        assert_eq!(
+            errors,
+            ["Node big: podCIDR 10.244.2.0/24 is a /24 but its node pool's size is /23"]
+        );
     }
 
     #[test]
