@@ -2,16 +2,18 @@
 //! `clusterCIDR` label are kube-controller-manager's (`pkg/controller/nodeipam/ipam/cidrset/metrics.go`),
 //! including its `cirdset` misspelling, so existing dashboards keep working.
 
-/// Counter: blocks allocated by `allocate` (not by occupying existing podCIDRs), per cluster CIDR.
+/// Counter: pod CIDRs allocated (one per block handed out, whatever its size; not counting
+/// occupied existing podCIDRs), per cluster CIDR.
 pub const CIDRSET_ALLOCATIONS_TOTAL: &str = "node_ipam_controller_cidrset_cidrs_allocations_total";
-/// Counter: blocks released, per cluster CIDR.
+/// Counter: grid blocks released, per cluster CIDR.
 pub const CIDRSET_RELEASES_TOTAL: &str = "node_ipam_controller_cidrset_cidrs_releases_total";
-/// Gauge (0–1): allocated blocks / total blocks, per cluster CIDR.
+/// Gauge (0–1): allocated grid blocks / total grid blocks, per cluster CIDR.
 pub const CIDRSET_USAGE_CIDRS: &str = "node_ipam_controller_cidrset_usage_cidrs";
-/// Histogram: used blocks skipped per allocation (upstream counts tries), per cluster CIDR.
+/// Histogram: candidate positions skipped per allocation (upstream counts tries; for one-block
+/// requests, used blocks), per cluster CIDR.
 pub const CIDRSET_ALLOCATION_TRIES_PER_REQUEST: &str =
     "node_ipam_controller_cidrset_allocation_tries_per_request";
-/// Gauge: total blocks, per cluster CIDR (upstream's spelling, sic).
+/// Gauge: total grid blocks, per cluster CIDR (upstream's spelling, sic).
 pub const CIDRSET_MAX_CIDRS: &str = "node_ipam_controller_cirdset_max_cidrs";
 /// Gauge: blocks in use per cluster CIDR, counted in grid blocks (the finest node CIDR mask size
 /// configured; the node CIDR mask size without node-pool rules): Nodes, pending writes, service
@@ -32,7 +34,8 @@ pub const RATE_LIMITER_USE: &str = "node_ipam_controller_rate_limiter_use";
 pub const WORKQUEUE_DEPTH: &str = "node_ipam_controller_workqueue_depth";
 /// Counter: reconciles re-queued with backoff (exhausted pool, failed patch, API error).
 pub const WORKQUEUE_RETRIES_TOTAL: &str = "node_ipam_controller_workqueue_retries_total";
-/// Counter: Nodes skipped because their podCIDRs could not be occupied, by `reason`.
+/// Counter: Nodes skipped because their podCIDRs could not be occupied, or (without podCIDRs)
+/// their node CIDR mask label cannot be used, by `reason`.
 pub const SKIPPED_NODES_TOTAL: &str = "node_ipam_controller_skipped_nodes_total";
 /// Gauge: Nodes currently skipped (their podCIDRs could not be occupied).
 pub const SKIPPED_NODES: &str = "node_ipam_controller_skipped_nodes";
@@ -44,7 +47,7 @@ pub const PATCH_FAILURES_TOTAL: &str = "node_ipam_controller_patch_failures_tota
 
 /// Label: the cluster CIDR, canonical text (`10.244.0.0/16`).
 pub const LABEL_CLUSTER_CIDR: &str = "clusterCIDR";
-/// Label: why a Node was skipped (`invalid`, `out_of_range`, `conflict`).
+/// Label: why a Node was skipped (`invalid`, `out_of_range`, `conflict`, `mask_label`).
 pub const LABEL_REASON: &str = "reason";
 /// Label: a bounded error kind.
 pub const LABEL_ERROR: &str = "error";

@@ -83,7 +83,7 @@ pub fn describe() {
     );
     describe_counter!(
         m::SKIPPED_NODES_TOTAL,
-        "Nodes skipped because their podCIDRs could not be occupied."
+        "Nodes skipped because their podCIDRs could not be occupied or their mask label cannot be used."
     );
     describe_gauge!(m::SKIPPED_NODES, "Nodes currently skipped.");
     describe_counter!(
