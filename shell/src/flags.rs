@@ -2,7 +2,12 @@
 //! (`--cluster-cidr`, `--node-cidr-mask-size*`, `--service-cluster-ip-range`, client and
 //! leader-election flags), plus the `plan` subcommand.
 //!
-//! Boolean flags take Go's `--flag` / `--flag=true|false` forms; durations take Go's duration
+//! The whole kube-controller-manager / cloud-controller-manager command line is accepted
+//! ([`kcm::KCM_FLAGS`]): the flags this controller implements behave as in kcm, the others are
+//! accepted and listed at start-up as ignored ([`Parsed::ignored`]). Values are read as pflag reads
+//! them ([`pflag`]): booleans `--flag` / `--flag=true|True|1|t|…`, integers in Go's syntax
+//! (`0x18`, `024`), `--flag value` and `--flag=value`, `_` in a flag name read as `-`, a repeated
+//! flag's last value wins (list flags such as `--controllers` append). Durations take Go's duration
 //! text (`15s`, `1m30s`, `500ms`). Parse errors (clap's own) exit with status 2 and name the flag;
 //! the IPAM flags are then validated by [`nodeipam_core::config::validate`] (see
 //! [`IpamFlags::validate`]), whose errors also name the flag.
@@ -11,10 +16,15 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+use clap::{
+    ArgAction, Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand, ValueEnum,
+};
 use nodeipam_core::{ConfigError, IpamConfig, NodeMaskFlags};
 
 use crate::node_pools::{LabelRange, MaskRule, NodePoolError, NodePools, RuleOrigin};
+
+pub mod kcm;
+pub mod pflag;
 
 /// kube-controller-manager's allocator type: every Node gets the node CIDR mask size (default).
 pub const RANGE_ALLOCATOR: &str = "RangeAllocator";
@@ -30,9 +40,11 @@ pub const DEFAULT_LEASE_NAME: &str = "nodeipam-controller";
 #[derive(Debug, Parser)]
 #[command(
     name = "nodeipam-controller",
-    version,
+    version = crate::build_info::VERSION_TEXT,
     about = "Kubernetes node IPAM controller: without a subcommand, runs against the cluster and assigns spec.podCIDR(s) to Nodes; `plan` shows offline what it would do.",
-    long_about = None
+    long_about = None,
+    args_override_self = true,
+    after_help = AFTER_HELP
 )]
 pub struct Cli {
     /// `plan` runs offline; without a subcommand the controller runs against the cluster.
@@ -44,7 +56,34 @@ pub struct Cli {
     /// Client, leader-election and serving flags.
     #[command(flatten)]
     pub controller: ControllerFlags,
+    /// Verbosity and log format.
+    #[command(flatten)]
+    pub logging: LoggingFlags,
+    /// kube-controller-manager flags read only to refuse values this controller cannot honour.
+    #[command(flatten)]
+    pub compat: CompatFlags,
 }
+
+/// `--help`'s closing section: the environment and the exit statuses.
+const AFTER_HELP: &str = "\
+Every other kube-controller-manager and cloud-controller-manager flag is accepted and ignored
+(each one given is listed once at start-up with the reason); README's flag table lists them all.
+
+Environment:
+  RUST_LOG       log filter (tracing EnvFilter syntax, e.g. `info,nodeipam=debug`); when set it
+                 replaces the level chosen with -v
+  POD_NAME       Lease holder identity and events' reportingInstance (else $HOSTNAME), plus `_<pid>`
+  HOSTNAME       used when POD_NAME is unset
+  KUBERNETES_SERVICE_HOST, KUBERNETES_SERVICE_PORT
+                 the in-cluster API server, used when neither --kubeconfig nor --master is given
+                 (with the service account token in /var/run/secrets/kubernetes.io/serviceaccount)
+
+Exit status:
+  0  clean shutdown (SIGTERM/SIGINT); plan: every Node kept or assigned
+  1  runtime failure (a task died, the Lease was lost); plan: some Node skipped or failed
+  2  bad flags, input or client configuration
+
+Shell completions: nodeipam-controller completion bash|zsh|fish";
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
@@ -54,10 +93,39 @@ pub enum Command {
     /// or fail to serve it (pool exhausted). Exit 0 if every Node is kept or assigned, 1 otherwise,
     /// 2 on bad flags or input.
     Plan(PlanArgs),
+    /// Print a shell completion script (e.g. `source <(nodeipam-controller completion bash)`).
+    Completion {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: CompletionShell,
+    },
+}
+
+/// Shells `completion` writes a script for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CompletionShell {
+    /// Bash.
+    Bash,
+    /// Zsh.
+    Zsh,
+    /// Fish.
+    Fish,
+}
+
+impl CompletionShell {
+    /// The clap_complete generator.
+    pub fn generator(self) -> clap_complete::Shell {
+        match self {
+            CompletionShell::Bash => clap_complete::Shell::Bash,
+            CompletionShell::Zsh => clap_complete::Shell::Zsh,
+            CompletionShell::Fish => clap_complete::Shell::Fish,
+        }
+    }
 }
 
 /// Flags of `plan`.
 #[derive(Debug, Args)]
+#[command(args_override_self = true)]
 pub struct PlanArgs {
     /// NodeList JSON file, or `-` for standard input.
     #[arg(value_name = "NODELIST")]
@@ -99,18 +167,19 @@ pub struct IpamFlags {
     )]
     pub service_cluster_ip_range: String,
     /// Node CIDR mask size (bits) for a single-stack cluster (default 24 for IPv4, 64 for IPv6).
-    #[arg(long, global = true, value_name = "BITS")]
+    #[arg(long, global = true, value_name = "BITS", value_parser = pflag::parse_int_as::<u8>)]
     pub node_cidr_mask_size: Option<u8>,
     /// Node CIDR mask size (bits) for the IPv4 cluster CIDR (default 24).
-    #[arg(long, global = true, value_name = "BITS")]
+    #[arg(long, global = true, value_name = "BITS", value_parser = pflag::parse_int_as::<u8>)]
     pub node_cidr_mask_size_ipv4: Option<u8>,
     /// Node CIDR mask size (bits) for the IPv6 cluster CIDR (default 64).
-    #[arg(long, global = true, value_name = "BITS")]
+    #[arg(long, global = true, value_name = "BITS", value_parser = pflag::parse_int_as::<u8>)]
     pub node_cidr_mask_size_ipv6: Option<u8>,
     /// Whether to allocate pod CIDRs to Nodes (kube-controller-manager defaults to false; this
     /// controller exists to do it, so true).
     #[arg(long, global = true, value_name = "BOOL", default_value_t = true, action = ArgAction::Set,
-          num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+          num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          value_parser = pflag::parse_bool)]
     pub allocate_node_cidrs: bool,
     /// CIDR allocator type: `RangeAllocator` (every Node gets the node CIDR mask size) or
     /// `CloudAllocator` (per-Node sizes from --node-cidr-mask-size-rule and the Nodes' labels).
@@ -141,51 +210,179 @@ pub struct IpamFlags {
 #[derive(Debug, Clone, Args)]
 pub struct ControllerFlags {
     /// Path to a kubeconfig file (default: in-cluster config, then `$KUBECONFIG`/`~/.kube/config`).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, global = true, value_name = "PATH")]
     pub kubeconfig: Option<PathBuf>,
     /// The address of the Kubernetes API server (overrides the kubeconfig's server).
-    #[arg(long, value_name = "URL")]
+    #[arg(long, global = true, value_name = "URL")]
     pub master: Option<String>,
     /// Write requests per second to the API server (client-side token bucket refill rate).
-    #[arg(long, value_name = "QPS", default_value_t = 20.0, value_parser = parse_qps)]
+    #[arg(long, global = true, value_name = "QPS", default_value_t = 20.0, value_parser = parse_qps)]
     pub kube_api_qps: f64,
     /// Burst of write requests allowed above `--kube-api-qps` (token bucket size).
-    #[arg(long, value_name = "N", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, global = true, value_name = "N", default_value_t = 30, value_parser = parse_burst)]
     pub kube_api_burst: u32,
     /// Acquire a `coordination.k8s.io/v1` Lease before allocating; only the holder allocates
     /// (kube-controller-manager's default, so two replicas never allocate at once).
     /// `--leader-elect=false` runs without one: then no write starts until one request timeout
     /// after start-up, so that a write of a previous process cannot land after ours.
-    #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set,
-          num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    #[arg(long, global = true, value_name = "BOOL", default_value_t = true, action = ArgAction::Set,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          value_parser = pflag::parse_bool)]
     pub leader_elect: bool,
     /// How long a non-leader waits after the last renewal before taking the Lease.
-    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_go_duration)]
+    #[arg(long, global = true, value_name = "DURATION", default_value = "15s", value_parser = parse_go_duration)]
     pub leader_elect_lease_duration: Duration,
     /// How long the leader keeps trying to renew before giving up leadership; must be shorter than
     /// the lease duration (with the defaults, the leader renews once 5s of its 15s Lease are left).
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_go_duration)]
+    #[arg(long, global = true, value_name = "DURATION", default_value = "10s", value_parser = parse_go_duration)]
     pub leader_elect_renew_deadline: Duration,
     /// Wait between attempts to acquire or renew the Lease: a standby takes a released Lease
     /// within one retry period.
-    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_go_duration)]
+    #[arg(long, global = true, value_name = "DURATION", default_value = "2s", value_parser = parse_go_duration)]
     pub leader_elect_retry_period: Duration,
     /// Namespace of the leader-election Lease.
-    #[arg(long, value_name = "NAMESPACE", default_value = "kube-system")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "NAMESPACE",
+        default_value = "kube-system"
+    )]
     pub leader_elect_resource_namespace: String,
     /// Name of the leader-election Lease.
-    #[arg(long, value_name = "NAME", default_value = DEFAULT_LEASE_NAME)]
+    #[arg(long, global = true, value_name = "NAME", default_value = DEFAULT_LEASE_NAME)]
     pub leader_elect_resource_name: String,
     /// Concurrent writes of spec.podCIDR(s) (kube-controller-manager's range allocator runs 30
     /// `cidrUpdateWorkers`). One slow or hung request holds one worker, not the controller.
-    #[arg(long, value_name = "N", default_value_t = 30, value_parser = parse_workers)]
+    #[arg(long, global = true, value_name = "N", default_value_t = 30, value_parser = parse_workers)]
     pub node_cidr_update_workers: usize,
     /// Address for Prometheus metrics (`/metrics`); `0` disables.
-    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080", value_parser = parse_bind_address)]
+    #[arg(long, global = true, value_name = "ADDR", default_value = "0.0.0.0:8080", value_parser = parse_bind_address)]
     pub metrics_bind_address: BindAddress,
     /// Address for `/healthz` and `/readyz`; `0` disables.
-    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8081", value_parser = parse_bind_address)]
+    #[arg(long, global = true, value_name = "ADDR", default_value = "0.0.0.0:8081", value_parser = parse_bind_address)]
     pub health_probe_bind_address: BindAddress,
+}
+
+/// How logs are written (`--logging-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// tracing-subscriber's text lines.
+    Text,
+    /// One JSON object per line, with klog's field names (`ts`, `caller`, `msg`, `v`).
+    Json,
+}
+
+/// kube-controller-manager's logging flags (component-base `logs/api/v1`).
+#[derive(Debug, Clone, Args)]
+pub struct LoggingFlags {
+    /// klog verbosity: 0–3 info, 4 debug, 5 trace for this controller, 6 adds the Kubernetes
+    /// client's debug lines, 7 and more trace everything. `RUST_LOG`, when set, replaces it.
+    #[arg(short = 'v', long = "v", global = true, value_name = "LEVEL", default_value_t = 0,
+          value_parser = parse_verbosity)]
+    pub verbosity: u32,
+    /// Log format: `text` or `json` (JSON lines with klog's field names).
+    #[arg(long = "logging-format", visible_alias = "log-format", global = true, value_enum,
+          value_name = "FORMAT", default_value_t = LogFormat::Text)]
+    pub logging_format: LogFormat,
+}
+
+/// kube-controller-manager / cloud-controller-manager flags this controller reads only to refuse a
+/// value that it cannot honour without allocating differently (see [`CompatFlags::validate`]).
+#[derive(Debug, Clone, Args)]
+pub struct CompatFlags {
+    /// Controllers to run, kube-controller-manager's syntax (`*`, `name`, `-name`); this process is
+    /// the node IPAM controller, so a list that disables `nodeipam` is refused.
+    #[arg(long, global = true, value_name = "NAMES", value_delimiter = ',',
+          action = ArgAction::Append, default_value = "*")]
+    pub controllers: Vec<String>,
+    /// Leader-election lock type; `leases` only, as kube-controller-manager.
+    #[arg(long, global = true, value_name = "TYPE", default_value = "leases")]
+    pub leader_elect_resource_lock: String,
+    /// cloud-provider-azure: label selector of the Nodes to serve; only empty (all Nodes) is
+    /// supported.
+    #[arg(long, global = true, value_name = "SELECTOR", default_value = "")]
+    pub node_filter_requirements: String,
+}
+
+/// Lease names of kube-controller-manager and cloud-controller-manager (their
+/// `--leader-elect-resource-name` defaults): taking one would lock the other component out.
+pub const FOREIGN_LEASE_NAMES: [&str; 2] = ["kube-controller-manager", "cloud-controller-manager"];
+
+impl CompatFlags {
+    /// Refuses what kube-controller-manager would do differently from this controller:
+    /// - `--controllers` that disable the node IPAM controller ([`kcm::node_ipam_enabled`]):
+    ///   kcm would not run the allocator; this process is nothing else;
+    /// - `--leader-elect-resource-lock` other than `leases` with leader election (kcm 1.3x refuses
+    ///   it too: `GenericControllerManagerConfigurationOptions.Validate`);
+    /// - `--leader-elect-resource-name` naming kcm's or ccm's own Lease, with leader election;
+    /// - a non-empty `--node-filter-requirements` (cloud-provider-azure serves only matching Nodes).
+    ///
+    /// # Errors
+    /// One line naming the flag and saying why.
+    pub fn validate(&self, controller: &ControllerFlags) -> Result<(), String> {
+        if !kcm::node_ipam_enabled(&self.controllers) {
+            return Err(format!(
+                "--controllers={} does not enable the node IPAM controller (nodeipam), and this process is that controller: remove -nodeipam here (keep it on kube-controller-manager)",
+                self.controllers.join(",")
+            ));
+        }
+        if controller.leader_elect && self.leader_elect_resource_lock != "leases" {
+            return Err(format!(
+                "--leader-elect-resource-lock={:?}: only \"leases\" is supported (as kube-controller-manager)",
+                self.leader_elect_resource_lock
+            ));
+        }
+        if controller.leader_elect
+            && FOREIGN_LEASE_NAMES.contains(&controller.leader_elect_resource_name.as_str())
+        {
+            return Err(format!(
+                "--leader-elect-resource-name={}: that is {}'s own Lease; this controller needs its own (default {DEFAULT_LEASE_NAME}), or it and {} would lock each other out",
+                controller.leader_elect_resource_name,
+                controller.leader_elect_resource_name,
+                controller.leader_elect_resource_name
+            ));
+        }
+        if !self.node_filter_requirements.trim().is_empty() {
+            return Err(format!(
+                "--node-filter-requirements={:?}: this controller serves every Node; a selector would make cloud-controller-manager's node IPAM controller serve only the matching ones",
+                self.node_filter_requirements
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The parsed command line: the flags, and the accepted kcm flags that are ignored.
+#[derive(Debug)]
+pub struct Parsed {
+    /// Every implemented flag.
+    pub cli: Cli,
+    /// kube-controller-manager flags given but ignored, with the reason (table order).
+    pub ignored: Vec<kcm::GivenIgnoredFlag>,
+}
+
+/// The clap command: [`Cli`] plus a hidden, accepted argument for every kube-controller-manager
+/// and cloud-controller-manager flag it does not implement ([`kcm::ignored_args`]).
+pub fn command() -> clap::Command {
+    let ignored: Vec<clap::Arg> = kcm::ignored_args().collect();
+    Cli::command().args(ignored)
+}
+
+/// Parses `argv` (program name first) as pflag would read it: flag names normalised
+/// ([`pflag::normalize_args`]), then [`command`].
+///
+/// # Errors
+/// clap's error (exit status 2, or 0 for `--help`/`--version`).
+pub fn parse_from<I, T>(argv: I) -> Result<Parsed, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<String>,
+{
+    let argv = pflag::normalize_args(argv);
+    let mut matches = command().try_get_matches_from(argv)?;
+    let ignored = kcm::given_ignored(&matches);
+    let cli = Cli::from_arg_matches_mut(&mut matches)?;
+    Ok(Parsed { cli, ignored })
 }
 
 impl IpamFlags {
@@ -312,6 +509,23 @@ fn parse_allocator_type(text: &str) -> Result<String, String> {
         Err(format!(
             "{RANGE_ALLOCATOR} and {CLOUD_ALLOCATOR} are supported"
         ))
+    }
+}
+
+/// klog's `-v`: `strconv.ParseUint(text, 10, 32)` (component-base `VerbosityLevelPflag`).
+fn parse_verbosity(text: &str) -> Result<u32, String> {
+    if text.starts_with('+') {
+        return Err("expected a whole number ≥ 0".to_owned());
+    }
+    text.parse::<u32>()
+        .map_err(|_| "expected a whole number ≥ 0".to_owned())
+}
+
+/// `--kube-api-burst`: an int32 in pflag's syntax, at least 1.
+fn parse_burst(text: &str) -> Result<u32, String> {
+    match pflag::parse_int(text)? {
+        n @ 1..=0x7fff_ffff => Ok(n as u32),
+        _ => Err("must be a whole number from 1 to 2147483647".to_owned()),
     }
 }
 

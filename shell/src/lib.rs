@@ -6,9 +6,12 @@
 //! - [`plan`]: the offline `plan` subcommand;
 //! - [`controller`]: the tokio/kube-rs runner, [`controller::run`].
 
+pub mod build_info;
 pub mod controller;
+pub mod diagnostics;
 pub mod error;
 pub mod flags;
+pub mod logging;
 pub mod metric_names;
 pub mod metrics;
 pub mod node_pools;
@@ -16,5 +19,6 @@ pub mod nodelist;
 pub mod plan;
 pub mod reasons;
 pub mod reconcile;
+pub mod startup;
 
 pub use error::Error;

@@ -1,36 +1,44 @@
 //! `nodeipam-controller`: thin entry point; see the `nodeipam` library.
 
-use std::io::Read as _;
 use std::process::ExitCode;
 
-use clap::Parser as _;
 use nodeipam::Error;
 use nodeipam::controller::{self, ControllerConfig};
-use nodeipam::flags::{Cli, Command, IpamFlags, OutputFormat, PlanArgs};
+use nodeipam::flags::{self, Cli, Command, IpamFlags, OutputFormat, Parsed, PlanArgs};
+use nodeipam::logging::{self, FilterSource};
 use nodeipam::node_pools::{NodePools, Sizing};
+use nodeipam::startup;
 use nodeipam_core::IpamConfig;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    let argv = std::env::args_os().map(|a| a.to_string_lossy().into_owned());
+    let Parsed { cli, ignored } = match flags::parse_from(argv) {
+        Ok(parsed) => parsed,
         Err(error) => return clap_exit(&error),
     };
-    init_tracing();
+    if let Some(Command::Completion { shell }) = cli.command {
+        let mut command = flags::command();
+        clap_complete::generate(
+            shell.generator(),
+            &mut command,
+            "nodeipam-controller",
+            &mut std::io::stdout(),
+        );
+        return ExitCode::SUCCESS;
+    }
+    let filter = logging::init(&cli.logging);
+    if let Err(message) = cli
+        .compat
+        .validate(&cli.controller)
+        .and_then(|()| cli.controller.validate())
+    {
+        return ExitCode::from(fail(&Error::Flag(message)));
+    }
     let code = match cli.command {
-        Some(Command::Plan(ref args)) => run_plan(args, &cli.ipam),
-        None => run_controller(&cli),
+        Some(Command::Plan(ref args)) => run_plan(args, &cli, &ignored),
+        _ => run_controller(&cli, &ignored, &filter),
     };
     ExitCode::from(code)
-}
-
-fn init_tracing() {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
 }
 
 /// clap's own errors as one line on stderr, exit 2 (`--help`/`--version` print as usual, exit 0).
@@ -65,76 +73,81 @@ fn fail(error: &Error) -> u8 {
 /// Validates the IPAM flags, including what only shows when the pool is built (a service CIDR
 /// covering every block of a cluster CIDR, node-pool rules that do not fit the cluster CIDRs), so
 /// that such a configuration exits 2 before any listener or client is set up (the controller used
-/// to report a client error, exit 1, first). Logs a warning per rule keyed on a label a kubelet
-/// may set.
+/// to report a client error, exit 1, first). The warnings about rules keyed on a label a kubelet
+/// may set ([`Sizing::warnings`]) are the caller's to print, with the other start-up diagnostics.
 fn validate(flags: &IpamFlags) -> Result<(IpamConfig, NodePools, Sizing), Error> {
     let config = flags.validate().map_err(Error::Config)?;
     let pools = flags.node_pools().map_err(Error::NodePools)?;
     let sizing = pools.sizing(&config).map_err(Error::NodePools)?;
     nodeipam::reconcile::Allocator::with_sizing(&config, sizing.clone()).map_err(Error::Pool)?;
-    for warning in sizing.warnings() {
-        tracing::warn!("{warning}");
-    }
-    for cluster in &config.cluster_cidrs {
-        if cluster.host_bits_were_set {
-            tracing::warn!(
-                cluster_cidr = %cluster.cluster_cidr,
-                "--cluster-cidr entry has host bits set; using its network address {}",
-                cluster.cluster_cidr
-            );
-        }
-    }
     Ok((config, pools, sizing))
 }
 
-fn run_plan(args: &PlanArgs, ipam: &IpamFlags) -> u8 {
-    if !ipam.allocate_node_cidrs {
+fn run_plan(args: &PlanArgs, cli: &Cli, ignored: &[flags::kcm::GivenIgnoredFlag]) -> u8 {
+    if !cli.ipam.allocate_node_cidrs {
         eprintln!(
             "error: plan shows what the controller would allocate; it has nothing to show with --allocate-node-cidrs=false"
         );
         return 2;
     }
-    let (config, _, sizing) = match validate(ipam) {
+    let (config, _, sizing) = match validate(&cli.ipam) {
         Ok(valid) => valid,
         Err(e) => return fail(&e),
     };
-    let text = if args.input == "-" {
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .map(|_| text)
+    // Of each Node's labels, only those the node-pool rules read are kept.
+    let label_keys = sizing.label_keys();
+    let nodes = if args.input == "-" {
+        nodeipam::nodelist::read_nodes(std::io::stdin().lock(), "-", &label_keys)
+    } else {
+        std::fs::File::open(&args.input)
             .map_err(|source| Error::Read {
-                path: "-".to_owned(),
+                path: args.input.clone(),
                 source,
             })
-    } else {
-        std::fs::read_to_string(&args.input).map_err(|source| Error::Read {
-            path: args.input.clone(),
-            source,
-        })
+            .and_then(|file| nodeipam::nodelist::read_nodes(file, &args.input, &label_keys))
     };
-    let report = text
-        .and_then(|text| nodeipam::nodelist::parse_nodes(&text))
-        .and_then(|nodes| nodeipam::plan::plan_with_sizing(&config, sizing, &nodes));
-    let report = match report {
-        Ok(report) => report,
+    let planner = match nodes
+        .and_then(|nodes| nodeipam::plan::Planner::with_sizing(&config, sizing.clone(), nodes))
+    {
+        Ok(planner) => planner,
         Err(e) => return fail(&e),
     };
-    match args.output {
-        OutputFormat::Json => println!("{}", report.to_json()),
-        OutputFormat::Table => print!("{}", report.to_table()),
+    for line in startup::ignored_lines(ignored) {
+        eprintln!("note: {line}");
     }
-    if report.all_served() { 0 } else { 1 }
+    for line in startup::diagnostic_lines(&config, &planner.findings()) {
+        eprintln!("note: {line}");
+    }
+    for line in sizing.warnings() {
+        eprintln!("note: {line}");
+    }
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let written = match args.output {
+        OutputFormat::Json => planner.write_json(&mut out),
+        OutputFormat::Table => planner.write_table(&mut out),
+    }
+    .and_then(|served| std::io::Write::flush(&mut out).map(|()| served));
+    match written {
+        Ok(true) => 0,
+        Ok(false) => 1,
+        // A closed pipe (`plan … | head`) is not an error of the plan.
+        Err(source) if source.kind() == std::io::ErrorKind::BrokenPipe => 0,
+        Err(source) => {
+            eprintln!("error: cannot write the plan: {source}");
+            1
+        }
+    }
 }
 
-fn run_controller(cli: &Cli) -> u8 {
+fn run_controller(
+    cli: &Cli,
+    ignored: &[flags::kcm::GivenIgnoredFlag],
+    filter: &FilterSource,
+) -> u8 {
     let flags = &cli.controller;
-    if let Err(message) = flags.validate() {
-        return fail(&Error::Flag(message));
-    }
     let ipam = if cli.ipam.allocate_node_cidrs {
         match validate(&cli.ipam) {
-            Ok((config, pools, _)) => Some((config, pools)),
+            Ok(valid) => Some(valid),
             Err(e) => return fail(&e),
         }
     } else {
@@ -152,6 +165,40 @@ fn run_controller(cli: &Cli) -> u8 {
         }
     };
     runtime.block_on(async move {
+        // The client configuration is checked before anything starts (exit 2 naming the flag).
+        let client = match ipam {
+            Some(_) => match controller::client_from_flags(flags).await {
+                Ok(client) => Some(client),
+                Err(e) => return fail(&e),
+            },
+            None => None,
+        };
+        let (config, sizing) = match ipam {
+            Some((ipam, node_pools, sizing)) => {
+                let mut config = ControllerConfig::from_flags(ipam, flags);
+                config.node_pools = node_pools;
+                (Some(config), Some(sizing))
+            }
+            None => (None, None),
+        };
+        startup::log_startup(&startup::StartupView {
+            config: config.as_ref(),
+            ipam_flags: &cli.ipam,
+            flags,
+            api_server: client.as_ref().map(|(_, url)| url.as_str()),
+            filter,
+        });
+        for line in startup::ignored_lines(ignored) {
+            tracing::info!("{line}");
+        }
+        if let Some(config) = &config {
+            for line in startup::config_diagnostic_lines(&config.ipam) {
+                tracing::warn!("{line}");
+            }
+        }
+        for line in sizing.iter().flat_map(Sizing::warnings) {
+            tracing::warn!("{line}");
+        }
         let health = controller::Health::new();
         let mut servers = tokio::task::JoinSet::new();
         if let Some(address) = flags.metrics_bind_address.0 {
@@ -198,8 +245,7 @@ fn run_controller(cli: &Cli) -> u8 {
                 tracing::error!(?result, "the health probe server stopped");
             });
         }
-        let Some((ipam, node_pools)) = ipam else {
-            tracing::info!("--allocate-node-cidrs=false: not allocating; waiting for a signal");
+        let (Some(mut config), Some((client, _))) = (config, client) else {
             health.set_ready(true);
             tokio::select! {
                 () = shutdown_signal() => return 0,
@@ -208,12 +254,6 @@ fn run_controller(cli: &Cli) -> u8 {
                 }
             }
         };
-        let client = match controller::client_from_flags(flags).await {
-            Ok(client) => client,
-            Err(e) => return fail(&e),
-        };
-        let mut config = ControllerConfig::from_flags(ipam, flags);
-        config.node_pools = node_pools;
         config.health = health.clone();
         let controller = controller::run(config, client, shutdown_signal());
         tokio::pin!(controller);

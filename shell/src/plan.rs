@@ -12,15 +12,22 @@
 //! With node-pool rules, `reason` also says which rule or label sized an assigned block, and
 //! names kept podCIDRs whose size differs from what their labels select now (they keep them:
 //! podCIDRs cannot change once set).
+//!
+//! Memory: [`Planner`] holds the input reduced to [`InputNode`]s and writes the output as it
+//! decides, never a whole report: JSON in one pass; the table in two passes (the first only
+//! measures the columns; the allocator is deterministic, so the second decides the same).
 
-use std::fmt::Write as _;
+use std::borrow::Cow;
+use std::io::{self, Write};
 
 use k8s_openapi::api::core::v1::Node;
 use nodeipam_core::IpamConfig;
 use serde::Serialize;
 
 use crate::Error;
+use crate::diagnostics::{self, Finding};
 use crate::node_pools::{MaskSource, Sizing};
+use crate::nodelist::InputNode;
 use crate::reconcile::{Action, Allocator, NodeView};
 
 /// What `plan` says about one Node.
@@ -35,6 +42,12 @@ pub struct PlanNode {
     pub action: &'static str,
     /// Why (skip, fail), else `None`.
     pub reason: Option<String>,
+}
+
+impl PlanNode {
+    fn served(&self) -> bool {
+        self.action == "keep" || self.action == "assign"
+    }
 }
 
 /// Capacity and use of one cluster CIDR after the plan, in node blocks.
@@ -69,9 +82,7 @@ pub struct PlanReport {
 impl PlanReport {
     /// Whether every Node is kept or assigned (exit status 0).
     pub fn all_served(&self) -> bool {
-        self.nodes
-            .iter()
-            .all(|n| n.action == "keep" || n.action == "assign")
+        self.nodes.iter().all(PlanNode::served)
     }
 
     /// The JSON text (one line).
@@ -79,68 +90,271 @@ impl PlanReport {
         serde_json::to_string(self).unwrap_or_else(|_| "{}".to_owned())
     }
 
-    /// A human-readable table: Nodes, then pools.
+    /// A human-readable table: Nodes, then pools. Control characters in Node names and podCIDR
+    /// texts are escaped (`\n`, `\u{1b}`), so a hostile name cannot forge rows.
     pub fn to_table(&self) -> String {
-        let name_width = self
-            .nodes
-            .iter()
-            .map(|n| n.name.len())
-            .chain([4])
-            .max()
-            .unwrap_or(4);
-        let cidr_texts: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|n| {
-                if n.pod_cidrs.is_empty() {
-                    "-".to_owned()
+        let mut widths = TableWidths::default();
+        for node in &self.nodes {
+            widths.measure(node);
+        }
+        let mut out = Vec::new();
+        let _ = write_table_header(&mut out, widths);
+        for node in &self.nodes {
+            let _ = write_table_row(&mut out, widths, node);
+        }
+        let _ = write_table_pools(&mut out, &self.pools);
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+/// Column widths of the table (bytes, as the text is printed).
+#[derive(Debug, Clone, Copy)]
+struct TableWidths {
+    name: usize,
+    cidrs: usize,
+}
+
+impl Default for TableWidths {
+    fn default() -> Self {
+        TableWidths { name: 4, cidrs: 8 }
+    }
+}
+
+impl TableWidths {
+    fn measure(&mut self, node: &PlanNode) {
+        self.name = self.name.max(escape_controls(&node.name).len());
+        self.cidrs = self.cidrs.max(cidrs_cell(node).len());
+    }
+}
+
+/// `text` with every control character escaped (`\n`, `\t`, `\u{7f}`); unchanged otherwise.
+pub fn escape_controls(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(
+        text.chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_default().collect::<String>()
                 } else {
-                    n.pod_cidrs.join(",")
+                    c.to_string()
                 }
             })
-            .collect();
-        let cidr_width = cidr_texts
-            .iter()
-            .map(String::len)
-            .chain([8])
-            .max()
-            .unwrap_or(8);
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "{:name_width$}  {:6}  {:cidr_width$}  REASON",
-            "NODE", "ACTION", "PODCIDRS"
-        );
-        for (node, cidrs) in self.nodes.iter().zip(&cidr_texts) {
-            let _ = writeln!(
-                out,
-                "{:name_width$}  {:6}  {:cidr_width$}  {}",
-                node.name,
-                node.action,
-                cidrs,
-                node.reason.as_deref().unwrap_or("-")
-            );
-        }
-        let _ = writeln!(out);
-        let _ = writeln!(
-            out,
-            "{:24}  {:8}  {:>10}  {:>10}  {:>10}  LARGEST FREE",
-            "CLUSTER CIDR", "NODEMASK", "CAPACITY", "USED", "FREE"
-        );
-        for pool in &self.pools {
-            let _ = writeln!(
-                out,
-                "{:24}  {:8}  {:>10}  {:>10}  {:>10}  {}",
-                pool.cluster_cidr,
-                format!("/{}", pool.node_mask_size),
-                pool.capacity,
-                pool.used,
-                pool.free,
-                pool.largest_free_block.as_deref().unwrap_or("-")
-            );
-        }
-        out
+            .collect(),
+    )
+}
+
+fn cidrs_cell(node: &PlanNode) -> String {
+    if node.pod_cidrs.is_empty() {
+        "-".to_owned()
+    } else {
+        escape_controls(&node.pod_cidrs.join(",")).into_owned()
     }
+}
+
+fn write_table_header(out: &mut impl Write, widths: TableWidths) -> io::Result<()> {
+    writeln!(
+        out,
+        "{:name_width$}  {:6}  {:cidr_width$}  REASON",
+        "NODE",
+        "ACTION",
+        "PODCIDRS",
+        name_width = widths.name,
+        cidr_width = widths.cidrs
+    )
+}
+
+fn write_table_row(out: &mut impl Write, widths: TableWidths, node: &PlanNode) -> io::Result<()> {
+    writeln!(
+        out,
+        "{:name_width$}  {:6}  {:cidr_width$}  {}",
+        escape_controls(&node.name),
+        node.action,
+        cidrs_cell(node),
+        escape_controls(node.reason.as_deref().unwrap_or("-")),
+        name_width = widths.name,
+        cidr_width = widths.cidrs
+    )
+}
+
+fn write_table_pools(out: &mut impl Write, pools: &[PlanPool]) -> io::Result<()> {
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:24}  {:8}  {:>10}  {:>10}  {:>10}  LARGEST FREE",
+        "CLUSTER CIDR", "NODEMASK", "CAPACITY", "USED", "FREE"
+    )?;
+    for pool in pools {
+        writeln!(
+            out,
+            "{:24}  {:8}  {:>10}  {:>10}  {:>10}  {}",
+            pool.cluster_cidr,
+            format!("/{}", pool.node_mask_size),
+            pool.capacity,
+            pool.used,
+            pool.free,
+            pool.largest_free_block.as_deref().unwrap_or("-")
+        )?;
+    }
+    Ok(())
+}
+
+/// A plan over a NodeList read with [`crate::nodelist::read_nodes`] (given the label keys of
+/// [`Sizing::label_keys`], so that the node-pool rules see the labels they read).
+#[derive(Debug)]
+pub struct Planner<'a> {
+    config: &'a IpamConfig,
+    sizing: Sizing,
+    nodes: Vec<InputNode>,
+}
+
+impl<'a> Planner<'a> {
+    /// A plan of `nodes` (list order) against `config` with the range allocator (every Node gets
+    /// the node CIDR mask size).
+    ///
+    /// # Errors
+    /// [`Error::Pool`] if the configuration leaves a cluster CIDR no free block.
+    pub fn new(config: &'a IpamConfig, nodes: Vec<InputNode>) -> Result<Planner<'a>, Error> {
+        Planner::with_sizing(config, Sizing::range_allocator(config), nodes)
+    }
+
+    /// [`Planner::new`] with per-Node sizes (`CloudAllocator` rules and mask labels, from
+    /// [`crate::node_pools::NodePools::sizing`]), as the controller applies them.
+    ///
+    /// # Errors
+    /// [`Error::Pool`] if the configuration leaves a cluster CIDR no free block.
+    pub fn with_sizing(
+        config: &'a IpamConfig,
+        sizing: Sizing,
+        nodes: Vec<InputNode>,
+    ) -> Result<Planner<'a>, Error> {
+        Allocator::with_sizing(config, sizing.clone()).map_err(Error::Pool)?;
+        Ok(Planner {
+            config,
+            sizing,
+            nodes,
+        })
+    }
+
+    /// The per-Node diagnostics ([`diagnostics::node_findings`]) of the Nodes that have
+    /// podCIDRs, list order.
+    pub fn findings(&self) -> Vec<Finding> {
+        self.nodes
+            .iter()
+            .filter(|n| n.has_pod_cidrs())
+            .flat_map(|n| diagnostics::node_findings(self.config, &n.view()))
+            .collect()
+    }
+
+    /// Decides for every Node in list order, handing each entry to `sink`; returns the pools.
+    fn run(&self, mut sink: impl FnMut(PlanNode) -> io::Result<()>) -> io::Result<Vec<PlanPool>> {
+        let mut allocator =
+            Allocator::with_sizing(self.config, self.sizing.clone()).map_err(io::Error::other)?;
+        let occupied: Vec<NodeView> = self
+            .nodes
+            .iter()
+            .filter(|n| n.has_pod_cidrs())
+            .map(InputNode::view)
+            .collect();
+        let mut startup = allocator.startup_occupy(&occupied).into_iter();
+        drop(occupied);
+        for node in &self.nodes {
+            let view = node.view();
+            let decision = if view.has_pod_cidrs() {
+                match startup.next() {
+                    Some((_, decision)) => decision,
+                    None => allocator.decide(&view),
+                }
+            } else {
+                let decision = allocator.decide(&view);
+                if let Action::Assign { pod_cidrs } = &decision.action {
+                    allocator.confirm(&view.name, pod_cidrs);
+                }
+                decision
+            };
+            let note = size_note(&allocator, &view, &decision.action);
+            let mut planned = entry(&view, decision.action);
+            if planned.reason.is_none() {
+                planned.reason = note;
+            }
+            sink(planned)?;
+        }
+        Ok(pool_entries(&allocator))
+    }
+
+    /// Every entry, collected (for small inputs and tests).
+    pub fn report(&self) -> PlanReport {
+        let mut nodes = Vec::with_capacity(self.nodes.len());
+        let pools = self
+            .run(|node| {
+                nodes.push(node);
+                Ok(())
+            })
+            .unwrap_or_default();
+        PlanReport { nodes, pools }
+    }
+
+    /// Writes the JSON (one line and a newline), byte-identical to [`PlanReport::to_json`];
+    /// returns whether every Node is kept or assigned.
+    ///
+    /// # Errors
+    /// Writing `out` failed.
+    pub fn write_json(&self, out: &mut impl Write) -> io::Result<bool> {
+        let mut served = true;
+        let mut first = true;
+        out.write_all(b"{\"nodes\":[")?;
+        let pools = self.run(|node| {
+            served &= node.served();
+            if !first {
+                out.write_all(b",")?;
+            }
+            first = false;
+            serde_json::to_writer(&mut *out, &node).map_err(io::Error::other)
+        })?;
+        out.write_all(b"],\"pools\":")?;
+        serde_json::to_writer(&mut *out, &pools).map_err(io::Error::other)?;
+        out.write_all(b"}\n")?;
+        Ok(served)
+    }
+
+    /// Writes the table, identical to [`PlanReport::to_table`]; returns whether every Node is
+    /// kept or assigned.
+    ///
+    /// # Errors
+    /// Writing `out` failed.
+    pub fn write_table(&self, out: &mut impl Write) -> io::Result<bool> {
+        let mut widths = TableWidths::default();
+        self.run(|node| {
+            widths.measure(&node);
+            Ok(())
+        })?;
+        write_table_header(out, widths)?;
+        let mut served = true;
+        let pools = self.run(|node| {
+            served &= node.served();
+            write_table_row(out, widths, &node)
+        })?;
+        write_table_pools(out, &pools)?;
+        Ok(served)
+    }
+}
+
+fn pool_entries(allocator: &Allocator) -> Vec<PlanPool> {
+    let largest = allocator.largest_free_blocks();
+    allocator
+        .pool_stats()
+        .into_iter()
+        .zip(largest)
+        .map(|(s, (_, free))| PlanPool {
+            cluster_cidr: s.cluster_cidr.to_string(),
+            node_mask_size: s.node_mask_size,
+            capacity: s.capacity,
+            used: s.used,
+            free: s.free,
+            largest_free_block: free.map(|f| f.cidr.to_string()),
+        })
+        .collect()
 }
 
 /// Plans `nodes` against `config` with the range allocator (every Node gets the node CIDR mask
@@ -154,7 +368,8 @@ pub fn plan(config: &IpamConfig, nodes: &[Node]) -> Result<PlanReport, Error> {
 }
 
 /// [`plan`] with per-Node sizes (`CloudAllocator` rules and mask labels, from
-/// [`crate::node_pools::NodePools::sizing`]), as the controller applies them.
+/// [`crate::node_pools::NodePools::sizing`]), as the controller applies them: the same
+/// [`Planner`], over whole Nodes.
 ///
 /// # Errors
 /// [`Error::Pool`] if the configuration leaves a cluster CIDR no free block.
@@ -163,48 +378,12 @@ pub fn plan_with_sizing(
     sizing: Sizing,
     nodes: &[Node],
 ) -> Result<PlanReport, Error> {
-    let mut allocator = Allocator::with_sizing(config, sizing).map_err(Error::Pool)?;
-    let views: Vec<NodeView> = nodes.iter().map(NodeView::from_node).collect();
-    let mut startup = allocator.startup_occupy(&views).into_iter();
-    let mut entries = Vec::with_capacity(views.len());
-    for view in &views {
-        let decision = if view.has_pod_cidrs() {
-            match startup.next() {
-                Some((_, decision)) => decision,
-                None => allocator.decide(view),
-            }
-        } else {
-            let decision = allocator.decide(view);
-            if let Action::Assign { pod_cidrs } = &decision.action {
-                allocator.confirm(&view.name, pod_cidrs);
-            }
-            decision
-        };
-        let note = size_note(&allocator, view, &decision.action);
-        let mut planned = entry(view, decision.action);
-        if planned.reason.is_none() {
-            planned.reason = note;
-        }
-        entries.push(planned);
-    }
-    let largest = allocator.largest_free_blocks();
-    let pools = allocator
-        .pool_stats()
-        .into_iter()
-        .zip(largest)
-        .map(|(s, (_, free))| PlanPool {
-            cluster_cidr: s.cluster_cidr.to_string(),
-            node_mask_size: s.node_mask_size,
-            capacity: s.capacity,
-            used: s.used,
-            free: s.free,
-            largest_free_block: free.map(|f| f.cidr.to_string()),
-        })
+    let label_keys = sizing.label_keys();
+    let input = nodes
+        .iter()
+        .map(|node| InputNode::from_view(NodeView::from_node(node), &label_keys))
         .collect();
-    Ok(PlanReport {
-        nodes: entries,
-        pools,
-    })
+    Ok(Planner::with_sizing(config, sizing, input)?.report())
 }
 
 /// With node-pool sizes: which rule or label sized an assigned block (`None` for the default
@@ -243,5 +422,31 @@ fn entry(view: &NodeView, action: Action) -> PlanNode {
         pod_cidrs,
         action,
         reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_escaped_in_the_table() {
+        let report = PlanReport {
+            nodes: vec![PlanNode {
+                name: "evil\nnode-b  assign  10.0.0.0/24\u{1b}[2J".to_owned(),
+                pod_cidrs: vec!["10.0.0.0/24\n".to_owned()],
+                action: "skip",
+                reason: Some("x".to_owned()),
+            }],
+            pools: Vec::new(),
+        };
+        let table = report.to_table();
+        assert_eq!(table.lines().count(), 4, "{table}");
+        assert!(
+            table.contains(r"evil\nnode-b  assign  10.0.0.0/24\u{1b}[2J"),
+            "{table}"
+        );
+        assert!(table.contains(r"10.0.0.0/24\n"), "{table}");
+        assert_eq!(escape_controls("plain-name"), Cow::Borrowed("plain-name"));
     }
 }

@@ -26,3 +26,13 @@ pub const ACTION_ALLOCATE: &str = "AllocatePodCIDR";
 pub const ACTION_OCCUPY: &str = "OccupyPodCIDR";
 /// Action: writing `spec.podCIDR(s)`.
 pub const ACTION_PATCH: &str = "PatchNode";
+
+/// Diagnostic (R08): the Node's podCIDR is not written canonically (host bits set, e.g.
+/// `10.1.2.2/24`); the controller uses its network (`10.1.2.0/24`), a CNI may not.
+pub const POD_CIDR_NOT_CANONICAL: &str = "PodCIDRNotCanonical";
+/// Diagnostic (R10): the Node's podCIDRs are in the other family order than `--cluster-cidr`;
+/// kept (matched by family), while kube-controller-manager would refuse them.
+pub const POD_CIDR_FAMILY_ORDER: &str = "PodCIDRFamilyOrder";
+/// Diagnostic (R11): a dual-stack cluster, and the Node has podCIDRs of one family only; it can
+/// never get the other one (podCIDRs are immutable once set).
+pub const POD_CIDR_MISSING_FAMILY: &str = "PodCIDRMissingFamily";

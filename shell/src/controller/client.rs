@@ -5,7 +5,16 @@
 //! |---|---|
 //! | `--kubeconfig PATH` (± `--master`) | that file's current context; `--master` overrides its server |
 //! | `--master URL` alone | that server and **no credentials** (no kubeconfig file, no in-cluster token is read: kcm's loading rules with an empty explicit path load nothing) |
-//! | neither | the in-cluster service account; outside a Pod, `$KUBECONFIG` or `~/.kube/config` (a convenience kcm does not have) |
+//! | neither | the in-cluster service account (`KUBERNETES_SERVICE_HOST`/`_PORT` and the mounted token); outside a Pod, exit 2 |
+//!
+//! `$KUBECONFIG` and `~/.kube/config` are never read: kcm's `BuildConfigFromFlags` passes
+//! `ClientConfigLoadingRules{ExplicitPath: kubeconfig}` without the default precedence list, so
+//! with an empty `--kubeconfig` it loads no file at all — with `--master` alone it sends no
+//! credentials, and with neither flag it uses the in-cluster config or fails with "no
+//! configuration has been provided" (client-go `tools/clientcmd/client_config.go`,
+//! `BuildConfigFromFlags`; `merged_client_builder.go`, `DeferredLoadingClientConfig.ClientConfig`).
+//! So a shell whose `$KUBECONFIG` points at a real cluster never leaks that cluster's token to
+//! another `--master`, and an operator's kubeconfig is used only when named with `--kubeconfig`.
 //!
 //! A server without a scheme (`127.0.0.1:6443`) is completed as client-go's `DefaultServerURL`
 //! does: `https://` when TLS is configured for it (a CA, a client certificate, `insecure-skip-tls-verify`
@@ -76,10 +85,12 @@ pub async fn config_from_flags(flags: &ControllerFlags) -> Result<Config, Error>
             Config::new(uri)
         }
         (None, None) => {
-            let mut config = Config::infer().await.map_err(|e| {
+            let mut config = Config::incluster().map_err(|e| {
                 Error::client_config(
-                    "neither --kubeconfig nor --master is set, and no in-cluster or default kubeconfig",
-                    e.to_string(),
+                    "neither --kubeconfig nor --master is given",
+                    format!(
+                        "no in-cluster configuration ({e}); outside a Pod give --kubeconfig (as kube-controller-manager, $KUBECONFIG and ~/.kube/config are not read)"
+                    ),
                 )
             })?;
             let tls = config.root_cert.is_some()
@@ -227,6 +238,25 @@ mod tests {
                 .headers
                 .iter()
                 .any(|(n, v)| n == USER_AGENT && v == USER_AGENT_VALUE)
+        );
+    }
+
+    /// Outside a Pod, neither flag is an error naming both flags — even when `$KUBECONFIG` or
+    /// `~/.kube/config` exist (kcm reads neither). The test process has no in-cluster
+    /// environment unless it runs in a Pod; then it checks nothing.
+    #[tokio::test]
+    async fn neither_flag_outside_a_pod_is_refused_without_reading_kubeconfig() {
+        if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
+            return;
+        }
+        let error = config_from_flags(&flags(&[]))
+            .await
+            .expect_err("no in-cluster config here");
+        assert_eq!(error.exit_code(), 2);
+        let text = error.to_string();
+        assert!(
+            text.contains("--kubeconfig") && text.contains("--master"),
+            "{text}"
         );
     }
 

@@ -190,18 +190,21 @@ pub fn client_for_url(url: &str) -> Result<Client, Error> {
 }
 
 /// A client as kube-controller-manager builds it from `--kubeconfig`/`--master` (see
-/// [`client`]).
+/// [`client`]), and the API server URL it talks to (for the start-up line).
 ///
 /// # Errors
 /// [`Error::ClientConfig`] naming what failed (exit status 2).
-pub async fn client_from_flags(flags: &ControllerFlags) -> Result<Client, Error> {
+pub async fn client_from_flags(flags: &ControllerFlags) -> Result<(Client, String), Error> {
     let config = client::config_from_flags(flags).await?;
+    let url = config.cluster_url.to_string();
     let origin = match (&flags.kubeconfig, &flags.master) {
         (Some(path), _) => format!("--kubeconfig {}", path.display()),
         (None, Some(_)) => "--master".to_owned(),
-        (None, None) => "the inferred client configuration".to_owned(),
+        (None, None) => "the in-cluster configuration".to_owned(),
     };
-    Client::try_from(config).map_err(|e| Error::client_config(origin, e.to_string()))
+    let client =
+        Client::try_from(config).map_err(|e| Error::client_config(origin, e.to_string()))?;
+    Ok((client, url))
 }
 
 /// The process-wide record of a panic, set by the hook [`install_panic_hook`] installs.

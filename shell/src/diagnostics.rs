@@ -1,0 +1,452 @@
+//! The recommended diagnostics of the bug reports: pure functions from the configuration and
+//! Node views to [`Finding`]s, used by the controller at start-up (a warning per kind, an event on
+//! each Node concerned) and by `plan` (a `note:` line per kind on stderr).
+//!
+//! | code | finding |
+//! |---|---|
+//! | R05 | a cluster CIDR holds a single node block (e.g. an IPv6 /64 with the default /64 mask): one Node gets a pod CIDR, every other waits |
+//! | R08 | a Node's podCIDR is not canonical (`10.1.2.2/24`): host bits set, or written otherwise than its canonical form |
+//! | R10 | dual-stack: a Node's podCIDRs are in the other family order than `--cluster-cidr` |
+//! | R11 | dual-stack: a Node has podCIDRs of one family only — it will never get the other |
+//! | R13 | no `--service-cluster-ip-range`, while a cluster CIDR overlaps a well-known default service range |
+//! | R13 | an IPv4-mapped `--service-cluster-ip-range` entry (`::ffff:10.96.0.0/108`): it overlaps no cluster CIDR here, so it filters nothing |
+//! | —  | a `--cluster-cidr` entry with host bits set (its network is used) |
+
+use nodeipam_core::{Cidr, Family, IpamConfig};
+
+use crate::reasons;
+use crate::reconcile::{EventKind, EventSpec, NodeName, NodeView};
+
+/// Default service ranges of common distributions: a cluster CIDR overlapping one of them while
+/// no `--service-cluster-ip-range` is given is probably allocating over Service IPs.
+pub const WELL_KNOWN_SERVICE_CIDRS: [(&str, &str); 7] = [
+    ("10.96.0.0/12", "kubeadm's default service subnet"),
+    (
+        "10.0.0.0/24",
+        "kube-apiserver's default --service-cluster-ip-range",
+    ),
+    ("10.43.0.0/16", "k3s's default --service-cidr"),
+    ("172.30.0.0/16", "OpenShift's default serviceNetwork"),
+    ("10.100.0.0/16", "EKS's default service range"),
+    ("172.20.0.0/16", "EKS's service range in a 10.0.0.0/8 VPC"),
+    ("10.0.0.0/16", "AKS's default --service-cidr"),
+];
+
+/// The IPv4-mapped IPv6 range `::ffff:0:0/96` (RFC 4291 §2.5.5.2).
+fn ipv4_mapped_range() -> Option<Cidr> {
+    Cidr::parse("::ffff:0:0/96").ok()
+}
+
+/// One diagnostic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finding {
+    /// R05: `cluster_cidr` with `node_mask_size` holds one block.
+    SingleBlockPool {
+        /// The cluster CIDR.
+        cluster_cidr: Cidr,
+        /// Its node mask size, bits.
+        node_mask_size: u8,
+    },
+    /// R08: Node `node` has podCIDR text `written`, whose canonical form is `canonical`.
+    NonCanonicalPodCidr {
+        /// The Node.
+        node: NodeName,
+        /// As written on the Node.
+        written: String,
+        /// What the controller reads it as.
+        canonical: Cidr,
+    },
+    /// R10: Node `node`'s podCIDRs (`pod_cidrs`) are in the other family order.
+    FamilyOrder {
+        /// The Node.
+        node: NodeName,
+        /// As written on the Node.
+        pod_cidrs: Vec<String>,
+    },
+    /// R11: Node `node` has no podCIDR in `missing`'s family, and never will.
+    MissingFamily {
+        /// The Node.
+        node: NodeName,
+        /// The cluster CIDR of the family it lacks.
+        missing: Cidr,
+    },
+    /// R13: no service CIDR, and `cluster_cidr` overlaps `service_cidr` (`what`).
+    ServiceRangeUnset {
+        /// The cluster CIDR.
+        cluster_cidr: Cidr,
+        /// The well-known service range it overlaps.
+        service_cidr: Cidr,
+        /// Whose default that range is.
+        what: &'static str,
+    },
+    /// R13: a service CIDR in the IPv4-mapped range: filters nothing here.
+    MappedServiceCidr {
+        /// The service CIDR as read.
+        service_cidr: Cidr,
+    },
+    /// A `--cluster-cidr` entry had host bits set; `cluster_cidr` (its network) is used.
+    ClusterCidrHostBits {
+        /// The network used.
+        cluster_cidr: Cidr,
+    },
+}
+
+impl Finding {
+    /// The bug-report code (`R05` …), or `-` for the host-bits warning.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Finding::SingleBlockPool { .. } => "R05",
+            Finding::NonCanonicalPodCidr { .. } => "R08",
+            Finding::FamilyOrder { .. } => "R10",
+            Finding::MissingFamily { .. } => "R11",
+            Finding::ServiceRangeUnset { .. } | Finding::MappedServiceCidr { .. } => "R13",
+            Finding::ClusterCidrHostBits { .. } => "-",
+        }
+    }
+
+    /// The Node concerned, for per-Node findings.
+    pub fn node(&self) -> Option<&NodeName> {
+        match self {
+            Finding::NonCanonicalPodCidr { node, .. }
+            | Finding::FamilyOrder { node, .. }
+            | Finding::MissingFamily { node, .. } => Some(node),
+            _ => None,
+        }
+    }
+
+    /// One sentence: what is wrong and what to do.
+    pub fn message(&self) -> String {
+        match self {
+            Finding::SingleBlockPool {
+                cluster_cidr,
+                node_mask_size,
+            } => {
+                let flag = match cluster_cidr.family() {
+                    Family::V4 => "--node-cidr-mask-size-ipv4",
+                    Family::V6 => "--node-cidr-mask-size-ipv6",
+                };
+                format!(
+                    "cluster CIDR {cluster_cidr} with node mask /{node_mask_size} holds a single block: one Node gets a pod CIDR and every other waits; give a longer mask with {flag} (or --node-cidr-mask-size), e.g. /{}",
+                    (cluster_cidr.prefix_len() + 16).min(cluster_cidr.family().max_prefix_len())
+                )
+            }
+            Finding::NonCanonicalPodCidr {
+                node,
+                written,
+                canonical,
+            } => format!(
+                "Node {node} has podCIDR {written:?}, which is not canonical: the controller reserves {canonical}, but a CNI reading the Node may use the address as written"
+            ),
+            Finding::FamilyOrder { node, pod_cidrs } => format!(
+                "Node {node} has podCIDRs [{}] in the other family order than --cluster-cidr: kept (matched by family), but kube-controller-manager would refuse them, and spec.podCIDR is of the other family than on new Nodes",
+                pod_cidrs.join(",")
+            ),
+            Finding::MissingFamily { node, missing } => format!(
+                "Node {node} has no {} podCIDR and will never get one from {missing} (podCIDRs are immutable once set): delete and re-register the Node to make it dual-stack",
+                missing.family()
+            ),
+            Finding::ServiceRangeUnset {
+                cluster_cidr,
+                service_cidr,
+                what,
+            } => format!(
+                "no --service-cluster-ip-range is given, and cluster CIDR {cluster_cidr} overlaps {service_cidr} ({what}): if Services use it, pod CIDRs will be allocated over Service IPs; pass the cluster's service range with --service-cluster-ip-range"
+            ),
+            Finding::MappedServiceCidr { service_cidr } => format!(
+                "--service-cluster-ip-range entry {service_cidr} is in the IPv4-mapped IPv6 range: it overlaps no cluster CIDR, so it filters nothing (kube-controller-manager reads it as an IPv4 range); write it as IPv4"
+            ),
+            Finding::ClusterCidrHostBits { cluster_cidr } => format!(
+                "--cluster-cidr entry has host bits set; using its network address {cluster_cidr}"
+            ),
+        }
+    }
+
+    /// The event to publish on the Node, for per-Node findings.
+    pub fn event(&self) -> Option<EventSpec> {
+        let reason = match self {
+            Finding::NonCanonicalPodCidr { .. } => reasons::POD_CIDR_NOT_CANONICAL,
+            Finding::FamilyOrder { .. } => reasons::POD_CIDR_FAMILY_ORDER,
+            Finding::MissingFamily { .. } => reasons::POD_CIDR_MISSING_FAMILY,
+            _ => return None,
+        };
+        Some(EventSpec {
+            kind: EventKind::Warning,
+            reason,
+            note: self.message(),
+            action: reasons::ACTION_OCCUPY,
+        })
+    }
+}
+
+/// Findings about the configuration alone (R05, R13, host bits), flag order.
+pub fn config_findings(config: &IpamConfig) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    for cluster in &config.cluster_cidrs {
+        if cluster.host_bits_were_set {
+            findings.push(Finding::ClusterCidrHostBits {
+                cluster_cidr: cluster.cluster_cidr,
+            });
+        }
+        if cluster.block_count() == 1 {
+            findings.push(Finding::SingleBlockPool {
+                cluster_cidr: cluster.cluster_cidr,
+                node_mask_size: cluster.node_mask_size,
+            });
+        }
+    }
+    let mapped = ipv4_mapped_range();
+    for service in &config.service_cidrs {
+        if mapped.is_some_and(|m| m.overlaps(service)) {
+            findings.push(Finding::MappedServiceCidr {
+                service_cidr: *service,
+            });
+        }
+    }
+    let effective_services = config
+        .service_cidrs
+        .iter()
+        .filter(|s| !mapped.is_some_and(|m| m.overlaps(s)))
+        .count();
+    if effective_services == 0 {
+        for cluster in &config.cluster_cidrs {
+            let hit = WELL_KNOWN_SERVICE_CIDRS.iter().find_map(|(text, what)| {
+                let service = Cidr::parse(text).ok()?;
+                service
+                    .overlaps(&cluster.cluster_cidr)
+                    .then_some((service, *what))
+            });
+            if let Some((service_cidr, what)) = hit {
+                findings.push(Finding::ServiceRangeUnset {
+                    cluster_cidr: cluster.cluster_cidr,
+                    service_cidr,
+                    what,
+                });
+            }
+        }
+    }
+    findings
+}
+
+/// Findings about one Node that has podCIDRs (R08, R10, R11); none for a Node without them, or
+/// whose podCIDRs do not parse (the allocator skips it with its own event).
+pub fn node_findings(config: &IpamConfig, node: &NodeView) -> Vec<Finding> {
+    let raw = node.raw_pod_cidrs();
+    let mut parsed = Vec::with_capacity(raw.len());
+    let mut findings = Vec::new();
+    for text in &raw {
+        let Ok((cidr, _)) = Cidr::parse_masked(text) else {
+            return Vec::new();
+        };
+        if cidr.to_string() != *text {
+            findings.push(Finding::NonCanonicalPodCidr {
+                node: node.name.clone(),
+                written: text.clone(),
+                canonical: cidr,
+            });
+        }
+        parsed.push(cidr);
+    }
+    if let [first, second] = config.cluster_cidrs.as_slice() {
+        let (first, second) = (first.cluster_cidr, second.cluster_cidr);
+        match parsed.as_slice() {
+            [a, b] if a.family() == second.family() && b.family() == first.family() => {
+                findings.push(Finding::FamilyOrder {
+                    node: node.name.clone(),
+                    pod_cidrs: raw.clone(),
+                });
+            }
+            [only] => {
+                let missing = if only.family() == first.family() {
+                    second
+                } else {
+                    first
+                };
+                findings.push(Finding::MissingFamily {
+                    node: node.name.clone(),
+                    missing,
+                });
+            }
+            _ => {}
+        }
+    }
+    findings
+}
+
+/// Log or note lines for `findings`: one per configuration finding, and per kind of Node
+/// finding one line naming up to three Nodes (with the first one's message) and the count.
+pub fn summarize(findings: &[Finding]) -> Vec<String> {
+    let mut lines: Vec<String> = findings
+        .iter()
+        .filter(|f| f.node().is_none())
+        .map(|f| format!("{}: {}", f.code(), f.message()))
+        .collect();
+    for code in ["R08", "R10", "R11"] {
+        let group: Vec<&Finding> = findings
+            .iter()
+            .filter(|f| f.node().is_some() && f.code() == code)
+            .collect();
+        let Some(first) = group.first() else {
+            continue;
+        };
+        if group.len() == 1 {
+            lines.push(format!("{code}: {}", first.message()));
+            continue;
+        }
+        let names: Vec<&str> = group
+            .iter()
+            .filter_map(|f| f.node().map(|n| &**n))
+            .take(3)
+            .collect();
+        let more = group.len().saturating_sub(3);
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        lines.push(format!(
+            "{code}: {} Nodes ({}{more}), e.g.: {}",
+            group.len(),
+            names.join(", "),
+            first.message()
+        ));
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodeipam_core::NodeMaskFlags;
+
+    fn config(cluster: &str, service: &str, v6_mask: Option<u8>) -> IpamConfig {
+        nodeipam_core::config::validate(
+            cluster,
+            service,
+            NodeMaskFlags {
+                node_cidr_mask_size_ipv6: v6_mask,
+                ..NodeMaskFlags::default()
+            },
+        )
+        .expect("valid configuration")
+    }
+
+    fn view(name: &str, pod_cidrs: &[&str]) -> NodeView {
+        NodeView {
+            name: name.into(),
+            pod_cidr: pod_cidrs.first().map(|s| (*s).to_owned()),
+            pod_cidrs: pod_cidrs.iter().map(|s| (*s).to_owned()).collect(),
+            ..NodeView::default()
+        }
+    }
+
+    fn cidr(text: &str) -> Cidr {
+        Cidr::parse(text).expect("CIDR")
+    }
+
+    /// R05: an IPv6 /64 cluster CIDR with the default /64 mask holds one block.
+    #[test]
+    fn r05_single_block_pool() {
+        let findings = config_findings(&config("fd00:1:2:3::/64", "fd00:ffff::/112", None));
+        assert_eq!(
+            findings,
+            [Finding::SingleBlockPool {
+                cluster_cidr: cidr("fd00:1:2:3::/64"),
+                node_mask_size: 64
+            }]
+        );
+        assert!(findings[0].message().contains("--node-cidr-mask-size-ipv6"));
+        assert!(config_findings(&config("fd00:1:2::/48", "fd00:ffff::/112", None)).is_empty());
+    }
+
+    /// R08: `10.1.2.2/24` is read as 10.1.2.0/24 and reported, with an event on the Node.
+    #[test]
+    fn r08_non_canonical_pod_cidr() {
+        let ipam = config("10.1.0.0/16", "10.96.0.0/12", None);
+        let findings = node_findings(&ipam, &view("a", &["10.1.2.2/24"]));
+        assert_eq!(
+            findings,
+            [Finding::NonCanonicalPodCidr {
+                node: "a".into(),
+                written: "10.1.2.2/24".to_owned(),
+                canonical: cidr("10.1.2.0/24"),
+            }]
+        );
+        let event = findings[0].event().expect("per-Node finding has an event");
+        assert_eq!(event.reason, reasons::POD_CIDR_NOT_CANONICAL);
+        assert_eq!(event.kind, EventKind::Warning);
+        assert!(node_findings(&ipam, &view("b", &["10.1.3.0/24"])).is_empty());
+        assert!(node_findings(&ipam, &view("c", &["***HIDDEN***/25"])).is_empty());
+    }
+
+    /// R10 and R11 on a dual-stack configuration.
+    #[test]
+    fn r10_family_order_and_r11_missing_family() {
+        let ipam = config("10.244.0.0/16,fd00:10:244::/56", "10.96.0.0/12", None);
+        assert_eq!(
+            node_findings(
+                &ipam,
+                &view("v6-first", &["fd00:10:244::/64", "10.244.0.0/24"])
+            ),
+            [Finding::FamilyOrder {
+                node: "v6-first".into(),
+                pod_cidrs: vec!["fd00:10:244::/64".to_owned(), "10.244.0.0/24".to_owned()],
+            }]
+        );
+        assert_eq!(
+            node_findings(&ipam, &view("v4-only", &["10.244.1.0/24"])),
+            [Finding::MissingFamily {
+                node: "v4-only".into(),
+                missing: cidr("fd00:10:244::/56"),
+            }]
+        );
+        assert!(
+            node_findings(&ipam, &view("ok", &["10.244.2.0/24", "fd00:10:244:1::/64"])).is_empty()
+        );
+        assert!(node_findings(&ipam, &view("none", &[])).is_empty());
+        // Single-stack: neither applies.
+        let single = config("10.244.0.0/16", "10.96.0.0/12", None);
+        assert!(node_findings(&single, &view("v4-only", &["10.244.1.0/24"])).is_empty());
+    }
+
+    /// R13: no service range while the cluster CIDR overlaps kubeadm's default service subnet;
+    /// an IPv4-mapped service range counts as none.
+    #[test]
+    fn r13_service_range_unset_or_mapped() {
+        let findings = config_findings(&config("10.0.0.0/8", "", None));
+        assert_eq!(
+            findings.first(),
+            Some(&Finding::ServiceRangeUnset {
+                cluster_cidr: cidr("10.0.0.0/8"),
+                service_cidr: cidr("10.96.0.0/12"),
+                what: "kubeadm's default service subnet",
+            })
+        );
+        assert!(config_findings(&config("10.0.0.0/8", "10.96.0.0/12", None)).is_empty());
+        assert!(config_findings(&config("10.244.0.0/16", "", None)).is_empty());
+        let mapped = config_findings(&config("10.0.0.0/8", "::ffff:10.96.0.0/108", None));
+        assert!(
+            matches!(mapped[0], Finding::MappedServiceCidr { .. }),
+            "{mapped:?}"
+        );
+        assert!(
+            matches!(mapped[1], Finding::ServiceRangeUnset { .. }),
+            "{mapped:?}"
+        );
+    }
+
+    #[test]
+    fn summaries_group_node_findings() {
+        let ipam = config("10.244.0.0/16,fd00:10:244::/56", "10.96.0.0/12", None);
+        let findings: Vec<Finding> = ["a", "b", "c", "d"]
+            .iter()
+            .flat_map(|n| node_findings(&ipam, &view(n, &["10.244.1.0/24"])))
+            .collect();
+        let lines = summarize(&findings);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0]
+                .starts_with("R11: 4 Nodes (a, b, c and 1 more), e.g.: Node a has no IPv6 podCIDR"),
+            "{lines:?}"
+        );
+    }
+}
