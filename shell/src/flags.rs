@@ -293,7 +293,7 @@ pub struct CompatFlags {
     /// Controllers to run, kube-controller-manager's syntax (`*`, `name`, `-name`); this process is
     /// the node IPAM controller, so a list that disables `nodeipam` is refused.
     #[arg(long, global = true, value_name = "NAMES", value_delimiter = ',',
-          action = ArgAction::Append, default_value = "*")]
+          action = ArgAction::Append, default_value = "*", allow_hyphen_values = true)]
     pub controllers: Vec<String>,
     /// Leader-election lock type; `leases` only, as kube-controller-manager.
     #[arg(long, global = true, value_name = "TYPE", default_value = "leases")]

@@ -30,6 +30,7 @@ pub mod informer;
 pub mod leader;
 mod limiter;
 pub mod node;
+pub mod oplog;
 pub mod patch;
 mod pipeline;
 mod queue;
@@ -308,12 +309,34 @@ pub async fn run(
     let mut election_task = tokio::spawn(elector.run(leadership_tx, async move {
         let _ = release_rx.await;
     }));
+    // Standby, take-over and loss, one line each (renewals are quiet).
+    let leadership_log = {
+        let mut watch = leadership.clone();
+        let lease = format!("{}/{}", election.namespace, election.name);
+        tokio::spawn(async move {
+            let mut before: Option<Leadership> = None;
+            loop {
+                let now = watch.borrow_and_update().clone();
+                if let Some(line) = oplog::leadership_line(before.as_ref(), &now, &lease) {
+                    match now {
+                        Leadership::Lost => tracing::warn!(lease = %lease, "{line}"),
+                        _ => tracing::info!(lease = %lease, "{line}"),
+                    }
+                }
+                before = Some(now);
+                if watch.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+    };
     // A standby whose elector runs could take over: it counts as ready.
     health.set_ready(true);
     let mut stop_wait = stop_rx.clone();
     tokio::select! {
         biased;
         () = stopped(&mut stop_wait) => {
+            leadership_log.abort();
             let _ = release_tx.send(());
             let _ = election_task.await;
             health.set_ready(false);
@@ -350,6 +373,7 @@ pub async fn run(
     };
     let summary = pipeline::run(config, client, stop_rx, gate).await;
     stop_on_loss.abort();
+    leadership_log.abort();
     health.set_leading(false);
     health.set_ready(false);
     let lost = matches!(*leadership.borrow(), Leadership::Lost) || election_task.is_finished();

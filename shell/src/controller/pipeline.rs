@@ -96,7 +96,7 @@ pub(super) async fn run(
         let _ = informer_task.await;
         return Ok(summary(&allocator));
     }
-    let startup_events = startup_occupy(&allocator, &cache, &health);
+    let startup_events = startup_occupy(&allocator, &cache, &health, &config.ipam);
     health.set_ready(true);
 
     let shared = Arc::new(Shared::new(
@@ -206,11 +206,13 @@ async fn refresh_largest_free(allocator: Arc<Mutex<Allocator>>) {
 }
 
 /// Occupies every cached Node's podCIDRs (sorted by name); records the metrics and logs now,
-/// returns the skip events to publish on each Node's first reconcile.
+/// returns the skip and diagnostic events to publish on each Node's first reconcile. The Node
+/// diagnostics ([`crate::diagnostics::node_findings`]) are logged as one warning per kind.
 fn startup_occupy(
     allocator: &Mutex<Allocator>,
     cache: &NodeCache,
     health: &super::Health,
+    ipam: &nodeipam_core::IpamConfig,
 ) -> HashMap<NodeName, Vec<EventSpec>> {
     let snapshot = cache.snapshot();
     let views: Vec<NodeView> = snapshot
@@ -241,6 +243,18 @@ fn startup_occupy(
         }
         if !decision.events.is_empty() {
             events.insert(name.clone(), decision.events.clone());
+        }
+    }
+    let findings: Vec<crate::diagnostics::Finding> = views
+        .iter()
+        .flat_map(|view| crate::diagnostics::node_findings(ipam, view))
+        .collect();
+    for line in crate::diagnostics::summarize(&findings) {
+        tracing::warn!("{line}");
+    }
+    for finding in &findings {
+        if let (Some(node), Some(event)) = (finding.node(), finding.event()) {
+            events.entry(node.clone()).or_default().push(event);
         }
     }
     let pools = allocator.pool_stats();

@@ -105,6 +105,8 @@ pub struct Shared {
     waiting_for_block: Mutex<HashSet<NodeName>>,
     /// Start-up skip events, published on each Node's first reconcile.
     startup_events: Mutex<HashMap<NodeName, Vec<EventSpec>>>,
+    /// Rate limit of the exhaustion warning, per cluster CIDR.
+    exhaustion_log: Mutex<super::oplog::PerPoolRateLimit>,
     settings: WorkerSettings,
     /// Set when the client can no longer send anything (its request buffer lost its worker).
     broken: watch::Sender<Option<String>>,
@@ -142,6 +144,9 @@ impl Shared {
             backoff: Mutex::new(backoff),
             waiting_for_block: Mutex::new(HashSet::new()),
             startup_events: Mutex::new(startup_events),
+            exhaustion_log: Mutex::new(super::oplog::PerPoolRateLimit::new(
+                super::oplog::EXHAUSTION_WARNING_INTERVAL,
+            )),
             settings,
             broken,
         }
@@ -174,9 +179,10 @@ impl Shared {
         for metric in &decision.metrics {
             m::apply(metric);
             match metric {
-                MetricEvent::Released { .. } => {
+                MetricEvent::Released { cluster_cidr, .. } => {
                     freed = true;
                     pool_changed = true;
+                    lock(&self.exhaustion_log).reset(*cluster_cidr);
                 }
                 MetricEvent::Allocated { .. } | MetricEvent::NodeSkipped { .. } => {
                     pool_changed = true;
@@ -189,7 +195,8 @@ impl Shared {
                 tracing::warn!(node = %name, %reason, "skipping Node");
             }
             Action::Fail { reason } => {
-                tracing::warn!(node = %name, %reason, "no pod CIDR available for the Node; waiting for one to be freed");
+                tracing::debug!(node = %name, %reason, "no pod CIDR available for the Node; waiting for one to be freed");
+                self.warn_exhausted(name, reason, decision);
             }
             Action::KeepTrying { reason, .. } => {
                 tracing::warn!(node = %name, %reason, "writing spec.podCIDRs did not succeed");
@@ -229,6 +236,40 @@ impl Shared {
         for event in &decision.events {
             self.publish(name, uid, event).await;
         }
+    }
+
+    /// The exhaustion warning: at most one per cluster CIDR per
+    /// [`super::oplog::EXHAUSTION_WARNING_INTERVAL`], naming the pool, its usage, how many Nodes
+    /// wait and this Node; a failure that is not an exhaustion warns every time.
+    fn warn_exhausted(&self, name: &NodeName, reason: &str, decision: &Decision) {
+        let exhausted = decision.metrics.iter().find_map(|m| match m {
+            MetricEvent::Exhausted { cluster_cidr } => Some(*cluster_cidr),
+            _ => None,
+        });
+        let Some(cluster_cidr) = exhausted else {
+            tracing::warn!(node = %name, %reason, "no pod CIDR could be allocated for the Node");
+            return;
+        };
+        let Some(suppressed) = lock(&self.exhaustion_log).check(cluster_cidr, Instant::now())
+        else {
+            return;
+        };
+        let stats = lock(&self.allocator)
+            .pool_stats()
+            .into_iter()
+            .find(|s| s.cluster_cidr == cluster_cidr);
+        let waiting = lock(&self.waiting_for_block).len() + 1;
+        tracing::warn!(
+            %cluster_cidr,
+            capacity = stats.map_or(0, |s| s.capacity),
+            used = stats.map_or(0, |s| s.used),
+            free = stats.map_or(0, |s| s.free),
+            waiting,
+            node = %name,
+            suppressed,
+            %reason,
+            "cluster CIDR exhausted: Nodes wait for a pod CIDR until one is freed"
+        );
     }
 
     fn report_pool(&self) {

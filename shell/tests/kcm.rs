@@ -1,0 +1,633 @@
+//! kube-controller-manager's command line: real kcm/ccm command lines (kubeadm's static Pod,
+//! cloud-provider-azure's CCM and KCM manifests, `fixtures/commandlines/`) parse to the expected
+//! configuration; pflag's value forms; the refusals; `plan` with a pasted kcm command line; the
+//! README flag table; `--help`, `--version`, completions; the start-up line in JSON; the
+//! diagnostics as `plan` notes.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead as _, BufReader};
+use std::process::{Command, Output, Stdio};
+
+use nodeipam::flags::{self, LogFormat, Parsed};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_nodeipam-controller");
+
+fn path(relative: &str) -> String {
+    format!("{}/../{relative}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The command of a manifest: every `- --flag…` / `- "--flag…"` line (YAML list items of a
+/// container's `command`/`args`), quotes and trailing comments removed, with the program first.
+fn manifest_command(relative: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(path(relative)).expect("fixture");
+    let mut argv = vec!["nodeipam-controller".to_owned()];
+    for line in text.lines() {
+        let Some(item) = line.trim_start().strip_prefix("- ") else {
+            continue;
+        };
+        let item = item.trim();
+        let arg = if let Some(quoted) = item.strip_prefix('"') {
+            quoted.split('"').next().unwrap_or_default().to_owned()
+        } else {
+            item.split(" #")
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_owned()
+        };
+        if arg.starts_with('-') {
+            argv.push(arg);
+        }
+    }
+    argv
+}
+
+fn parse(argv: &[String]) -> Parsed {
+    flags::parse_from(argv.iter().cloned()).unwrap_or_else(|e| panic!("{argv:?}: {e}"))
+}
+
+fn ignored_names(parsed: &Parsed) -> BTreeSet<&'static str> {
+    parsed.ignored.iter().map(|f| f.name).collect()
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env_remove("RUST_LOG")
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .env("HOME", "/nonexistent")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .expect("binary runs")
+}
+
+/// kubeadm's kube-controller-manager command parses; the node IPAM flags and the client and
+/// leader-election flags are read as kcm reads them; the other eleven are accepted and listed.
+#[test]
+fn kubeadm_command_line_parses_as_kcm() {
+    let argv = manifest_command("fixtures/commandlines/kubeadm-kube-controller-manager.yaml");
+    assert_eq!(argv.len(), 18, "{argv:?}");
+    let parsed = parse(&argv);
+    let cli = &parsed.cli;
+    assert!(cli.command.is_none());
+    assert!(cli.ipam.allocate_node_cidrs);
+    let ipam = cli.ipam.validate().expect("valid IPAM flags");
+    assert_eq!(ipam.cluster_cidrs.len(), 1);
+    assert_eq!(
+        ipam.cluster_cidrs[0].cluster_cidr.to_string(),
+        "10.244.0.0/16"
+    );
+    assert_eq!(ipam.cluster_cidrs[0].node_mask_size, 24);
+    assert_eq!(ipam.service_cidrs[0].to_string(), "10.96.0.0/12");
+    assert_eq!(
+        cli.controller.kubeconfig.as_deref(),
+        Some(std::path::Path::new(
+            "/etc/kubernetes/controller-manager.conf"
+        ))
+    );
+    assert_eq!(cli.controller.master, None);
+    assert!(cli.controller.leader_elect);
+    assert_eq!(
+        cli.controller.leader_elect_resource_namespace,
+        "kube-system"
+    );
+    assert_eq!(
+        cli.controller.leader_elect_resource_name,
+        flags::DEFAULT_LEASE_NAME
+    );
+    assert_eq!(
+        cli.compat.controllers,
+        ["*", "bootstrapsigner", "tokencleaner"]
+    );
+    assert_eq!(cli.compat.leader_elect_resource_lock, "leases");
+    assert_eq!(cli.compat.validate(&cli.controller), Ok(()));
+    assert_eq!(cli.controller.validate(), Ok(()));
+    assert_eq!(cli.logging.verbosity, 0);
+    assert_eq!(cli.logging.logging_format, LogFormat::Text);
+    assert_eq!(
+        ignored_names(&parsed),
+        BTreeSet::from([
+            "authentication-kubeconfig",
+            "authorization-kubeconfig",
+            "bind-address",
+            "client-ca-file",
+            "cluster-name",
+            "cluster-signing-cert-file",
+            "cluster-signing-key-file",
+            "requestheader-client-ca-file",
+            "root-ca-file",
+            "service-account-private-key-file",
+            "use-service-account-credentials",
+        ])
+    );
+    let bind = parsed
+        .ignored
+        .iter()
+        .find(|f| f.name == "bind-address")
+        .expect("listed");
+    assert_eq!(bind.to_string(), "--bind-address=127.0.0.1");
+    assert!(bind.reason.contains("issue 9"), "{}", bind.reason);
+}
+
+/// cloud-provider-azure's cloud-controller-manager (the AKS/CAPZ CCM) parses: it allocates from
+/// 10.244.0.0/16 with no service range, `--controllers=*,-cloud-node` keeps node-ipam on,
+/// `--v=4` is debug, and the cloud flags are listed as ignored.
+#[test]
+fn azure_ccm_command_line_parses() {
+    let argv = manifest_command(
+        "fixtures/commandlines/cloud-provider-azure-cloud-controller-manager.yaml",
+    );
+    let parsed = parse(&argv);
+    let cli = &parsed.cli;
+    assert!(cli.ipam.allocate_node_cidrs);
+    let ipam = cli.ipam.validate().expect("valid IPAM flags");
+    assert_eq!(
+        ipam.cluster_cidrs[0].cluster_cidr.to_string(),
+        "10.244.0.0/16"
+    );
+    assert!(ipam.service_cidrs.is_empty());
+    assert_eq!(cli.compat.controllers, ["*", "-cloud-node"]);
+    assert_eq!(cli.compat.validate(&cli.controller), Ok(()));
+    assert!(cli.controller.leader_elect);
+    assert_eq!(cli.logging.verbosity, 4);
+    assert_eq!(
+        nodeipam::logging::filter_for_verbosity(cli.logging.verbosity),
+        "info,nodeipam=debug,nodeipam_controller=debug"
+    );
+    assert_eq!(
+        ignored_names(&parsed),
+        BTreeSet::from([
+            "cloud-config",
+            "cloud-provider",
+            "cluster-name",
+            "configure-cloud-routes",
+            "route-reconciliation-period",
+            "secure-port",
+        ])
+    );
+    // No diagnostic: 10.244.0.0/16 overlaps no well-known service range.
+    assert!(nodeipam::diagnostics::config_findings(&ipam).is_empty());
+}
+
+/// The kube-controller-manager beside that CCM: allocation off (the CCM allocates), feature gates,
+/// the removed `--pod-eviction-timeout` and `--profiling=false` accepted.
+#[test]
+fn azure_kcm_command_line_parses_with_allocation_off() {
+    let argv =
+        manifest_command("fixtures/commandlines/cloud-provider-azure-kube-controller-manager.yaml");
+    let parsed = parse(&argv);
+    let cli = &parsed.cli;
+    assert!(!cli.ipam.allocate_node_cidrs);
+    assert_eq!(cli.logging.verbosity, 2);
+    assert_eq!(
+        cli.controller.kubeconfig.as_deref(),
+        Some(std::path::Path::new("/var/lib/kubelet/kubeconfig"))
+    );
+    let names = ignored_names(&parsed);
+    for name in [
+        "feature-gates",
+        "pod-eviction-timeout",
+        "profiling",
+        "terminated-pod-gc-threshold",
+    ] {
+        assert!(names.contains(name), "{name}: {names:?}");
+    }
+    let gates = parsed
+        .ignored
+        .iter()
+        .find(|f| f.name == "feature-gates")
+        .expect("listed");
+    assert_eq!(
+        gates.to_string(),
+        "--feature-gates=LocalStorageCapacityIsolation=true,ServiceNodeExclusion=true"
+    );
+}
+
+/// pflag's forms: every `strconv.ParseBool` spelling, `--flag value` and `--flag=value`, `-v N`,
+/// `--v=N`, `-vN`, `_` in names, Go integer syntax, a repeated flag's last value.
+#[test]
+fn pflag_value_forms() {
+    let argv = |args: &[&str]| {
+        std::iter::once("nodeipam-controller")
+            .chain(args.iter().copied())
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    for (text, want) in [
+        ("True", true),
+        ("TRUE", true),
+        ("1", true),
+        ("t", true),
+        ("T", true),
+        ("False", false),
+        ("0", false),
+        ("f", false),
+        ("F", false),
+        ("FALSE", false),
+    ] {
+        let flag = format!("--allocate-node-cidrs={text}");
+        let parsed = parse(&argv(&[&flag, "--leader-elect=0"]));
+        assert_eq!(parsed.cli.ipam.allocate_node_cidrs, want, "{flag}");
+        assert!(!parsed.cli.controller.leader_elect);
+        // An ignored boolean takes the same forms.
+        let profiling = format!("--profiling={text}");
+        assert_eq!(parse(&argv(&[&profiling])).ignored[0].values, [text]);
+    }
+    assert!(flags::parse_from(argv(&["--allocate-node-cidrs=yes"])).is_err());
+    assert!(flags::parse_from(argv(&["--profiling=maybe"])).is_err());
+    for form in [
+        &["-v", "2"][..],
+        &["-v=2"],
+        &["-v2"],
+        &["--v=2"],
+        &["--v", "2"],
+    ] {
+        assert_eq!(parse(&argv(form)).cli.logging.verbosity, 2, "{form:?}");
+    }
+    let parsed = parse(&argv(&[
+        "--cluster-cidr",
+        "10.0.0.0/16",
+        "--cluster_cidr=10.244.0.0/16",
+        "--node_cidr_mask_size=0x1a",
+        "--kube-api-burst=0o40",
+        "--concurrent_rc_syncs",
+        "5",
+        "--logging-format",
+        "json",
+    ]));
+    assert_eq!(
+        parsed.cli.ipam.cluster_cidr, "10.244.0.0/16",
+        "the last one wins"
+    );
+    assert_eq!(parsed.cli.ipam.node_cidr_mask_size, Some(26));
+    assert_eq!(parsed.cli.controller.kube_api_burst, 32);
+    assert_eq!(parsed.cli.logging.logging_format, LogFormat::Json);
+    assert_eq!(parsed.ignored[0].to_string(), "--concurrent-rc-syncs=5");
+    // cloud-provider-azure's name for the format flag.
+    assert_eq!(
+        parse(&argv(&["--log-format=json"]))
+            .cli
+            .logging
+            .logging_format,
+        LogFormat::Json
+    );
+    // List flags append, as pflag's stringSlice: the second --controllers disables nodeipam.
+    let parsed = parse(&argv(&["--controllers=*", "--controllers", "-nodeipam"]));
+    assert_eq!(parsed.cli.compat.controllers, ["*", "-nodeipam"]);
+    assert!(parsed.cli.compat.validate(&parsed.cli.controller).is_err());
+    // Without leader election the lock type is not checked (kcm checks it only with it).
+    let parsed = parse(&argv(&[
+        "--leader-elect=false",
+        "--leader-elect-resource-lock=configmaps",
+    ]));
+    assert_eq!(parsed.cli.compat.validate(&parsed.cli.controller), Ok(()));
+}
+
+/// What ignoring would change is refused: exit 2, one line naming the flag and saying why.
+#[test]
+fn flags_that_would_change_allocation_exit_2() {
+    let base = [
+        "--cluster-cidr=10.244.0.0/16",
+        "--metrics-bind-address=0",
+        "--health-probe-bind-address=0",
+    ];
+    for (flag, names) in [
+        ("--controllers=*,-nodeipam", "--controllers"),
+        ("--controllers=*,-node-ipam-controller", "--controllers"),
+        ("--controllers=route,service", "--controllers"),
+        (
+            "--leader-elect-resource-lock=endpointsleases",
+            "--leader-elect-resource-lock",
+        ),
+        (
+            "--leader-elect-resource-name=kube-controller-manager",
+            "--leader-elect-resource-name",
+        ),
+        (
+            "--node-filter-requirements=pool=a",
+            "--node-filter-requirements",
+        ),
+    ] {
+        for plan in [false, true] {
+            let mut args: Vec<&str> = base.to_vec();
+            args.push(flag);
+            let fixture = path("fixtures/nodes/05-aws-4nodes-no-podcidr.json");
+            if plan {
+                args.insert(0, "plan");
+                args.push(&fixture);
+            }
+            let out = run(&args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+            let lines: Vec<&str> = stderr.lines().collect();
+            assert_eq!(lines.len(), 1, "{args:?}: {stderr}");
+            assert!(
+                lines[0].starts_with("error: ") && lines[0].contains(names),
+                "{stderr}"
+            );
+            assert!(out.stdout.is_empty());
+        }
+    }
+}
+
+/// A kcm command line pasted into `plan` gives the plan of its bare IPAM flags, and notes the
+/// ignored flags on stderr.
+#[test]
+fn plan_accepts_the_kubeadm_command_line() {
+    let fixture = path("fixtures/nodes/05-aws-4nodes-no-podcidr.json");
+    let kcm = manifest_command("fixtures/commandlines/kubeadm-kube-controller-manager.yaml");
+    let mut args: Vec<&str> = vec!["plan", &fixture];
+    args.extend(kcm.iter().skip(1).map(String::as_str));
+    let pasted = run(&args);
+    let bare = run(&[
+        "plan",
+        "--cluster-cidr=10.244.0.0/16",
+        "--service-cluster-ip-range=10.96.0.0/12",
+        &fixture,
+    ]);
+    assert_eq!(
+        pasted.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&pasted.stderr)
+    );
+    assert_eq!(pasted.stdout, bare.stdout);
+    let stderr = String::from_utf8_lossy(&pasted.stderr);
+    assert!(
+        stderr.starts_with("note: ignoring 11 kube-controller-manager flags: "),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        bare.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&bare.stderr)
+    );
+}
+
+/// README's flag table is exactly the rendered table of every kcm/ccm flag.
+#[test]
+fn readme_flag_table_lists_every_flag() {
+    let readme = std::fs::read_to_string(path("README.md")).expect("README");
+    let begin = "<!-- kcm-flags:begin -->\n";
+    let end = "<!-- kcm-flags:end -->";
+    let start = readme
+        .find(begin)
+        .expect("README has the flag table markers")
+        + begin.len();
+    let stop = readme[start..].find(end).expect("end marker") + start;
+    let table = flags::kcm::markdown_table();
+    assert!(
+        readme[start..stop] == table,
+        "README's flag table is out of date; replace it with:\n{table}"
+    );
+    for flag in flags::kcm::KCM_FLAGS {
+        let cell = if flag.name == "v" {
+            "`--v`".to_owned()
+        } else {
+            format!("`--{}`", flag.name)
+        };
+        assert!(readme[start..stop].contains(&cell), "{cell}");
+    }
+}
+
+/// Every implemented flag of the table is a real argument; every other one is accepted hidden.
+#[test]
+fn table_and_command_agree() {
+    let command = flags::command();
+    let longs: BTreeSet<String> = command
+        .get_arguments()
+        .flat_map(|a| {
+            a.get_long()
+                .into_iter()
+                .chain(a.get_all_aliases().into_iter().flatten())
+                .map(str::to_owned)
+        })
+        .collect();
+    for flag in flags::kcm::KCM_FLAGS {
+        assert!(longs.contains(flag.name), "--{} is not accepted", flag.name);
+    }
+}
+
+#[test]
+fn help_version_and_completions() {
+    let help = run(&["--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&help.stdout);
+    for needle in [
+        "RUST_LOG",
+        "POD_NAME",
+        "Exit status:",
+        "2  bad flags",
+        "completion bash|zsh|fish",
+        "--logging-format",
+        "-v, --v <LEVEL>",
+    ] {
+        assert!(text.contains(needle), "--help lacks {needle:?}:\n{text}");
+    }
+    let version = run(&["--version"]);
+    let text = String::from_utf8_lossy(&version.stdout);
+    assert!(
+        text.starts_with(&format!(
+            "nodeipam-controller {} (git ",
+            env!("CARGO_PKG_VERSION")
+        )) && text.contains(", rustc 1."),
+        "{text}"
+    );
+    for (shell, needle) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef nodeipam-controller"),
+        ("fish", "complete -c nodeipam-controller"),
+    ] {
+        let out = run(&["completion", shell]);
+        assert_eq!(out.status.code(), Some(0), "{shell}");
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(script.contains(needle), "{shell}: {script}");
+        assert!(script.contains("cluster-cidr"), "{shell}");
+    }
+    assert_eq!(run(&["completion", "powershell"]).status.code(), Some(2));
+}
+
+/// The start-up line and the ignored-flag line, as JSON with klog's field names, before the first
+/// request reaches the API server (a plain listener of the test).
+#[test]
+fn startup_line_in_json() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let master = format!("--master=http://127.0.0.1:{port}");
+    let mut child = Command::new(BIN)
+        .args([
+            "--cluster-cidr=10.244.0.0/16,fd00:10:244::/56",
+            "--service-cluster-ip-range=10.96.0.0/12",
+            &master,
+            "--leader-elect=false",
+            "--metrics-bind-address=0",
+            "--health-probe-bind-address=127.0.0.1:0",
+            "--logging-format=json",
+            "--secure-port=10257",
+            "--profiling=false",
+            "-v",
+            "2",
+        ])
+        .env_remove("RUST_LOG")
+        .env("POD_NAME", "nodeipam-test")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("binary runs");
+    let (stream, _) = listener.accept().expect("the controller connects");
+    let mut first = String::new();
+    let _ = BufReader::new(stream).read_line(&mut first);
+    let _ = child.kill();
+    let output = child.wait_with_output().expect("exits");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?} is not JSON: {e}")))
+        .collect();
+    let start = lines
+        .iter()
+        .find(|l| l["msg"] == "starting nodeipam-controller")
+        .unwrap_or_else(|| panic!("no start-up line: {stderr}"));
+    assert_eq!(start["v"], 0);
+    assert!(start["ts"].as_f64().is_some(), "{start}");
+    assert!(
+        start["caller"]
+            .as_str()
+            .is_some_and(|c| c.contains("startup.rs:")),
+        "{start}"
+    );
+    assert!(
+        start["version"]
+            .as_str()
+            .is_some_and(|v| v.starts_with(env!("CARGO_PKG_VERSION"))),
+        "{start}"
+    );
+    assert_eq!(
+        start["cluster_cidrs"],
+        "10.244.0.0/16 (/24, 256 blocks), fd00:10:244::/56 (/64, 256 blocks)"
+    );
+    assert_eq!(start["service_cidrs"], "10.96.0.0/12");
+    assert_eq!(start["api_server"], format!("http://127.0.0.1:{port}/"));
+    assert_eq!(start["kube_api_qps"], 20.0);
+    assert_eq!(start["kube_api_burst"], 30);
+    assert!(
+        start["leader_election"]
+            .as_str()
+            .is_some_and(|l| l.starts_with("off")),
+        "{start}"
+    );
+    assert_eq!(start["metrics"], "off");
+    assert_eq!(start["health"], "127.0.0.1:0");
+    let ignored = lines
+        .iter()
+        .find(|l| {
+            l["msg"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("ignoring 2 kube-controller-manager flags"))
+        })
+        .unwrap_or_else(|| panic!("no ignored-flag line: {stderr}"));
+    let msg = ignored["msg"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("--secure-port=10257") && msg.contains("--profiling=false"),
+        "{msg}"
+    );
+    println!("{stderr}");
+}
+
+fn plan_notes(file: &str, flags: &[&str], stdin: Option<&str>) -> (i32, String) {
+    let fixture = path(&format!("fixtures/nodes/{file}"));
+    let mut args = vec!["plan", "-o", "json"];
+    args.extend_from_slice(flags);
+    args.push(if stdin.is_some() { "-" } else { &fixture });
+    let mut child = Command::new(BIN)
+        .args(&args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut pipe = child.stdin.take().expect("stdin");
+    let text = stdin.unwrap_or_default().to_owned();
+    let writer = std::thread::spawn(move || std::io::Write::write_all(&mut pipe, text.as_bytes()));
+    let out = child.wait_with_output().expect("wait");
+    let _ = writer.join();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Each diagnostic shows in `plan` as a note (the per-Node ones name the Node).
+#[test]
+fn diagnostics_are_plan_notes() {
+    // R05: an IPv6 /64 cluster CIDR with the default /64 mask.
+    let (code, notes) = plan_notes(
+        "10-minikube-single-node-no-podcidr.json",
+        &["--cluster-cidr=fd00:1:2:3::/64"],
+        None,
+    );
+    assert_eq!(code, 0, "{notes}");
+    assert!(
+        notes.contains(
+            "note: R05: cluster CIDR fd00:1:2:3::/64 with node mask /64 holds a single block"
+        ),
+        "{notes}"
+    );
+    // R10: the k0s Node written IPv6-first, against an IPv4-first configuration.
+    let (code, notes) = plan_notes(
+        "12-k0s-dualstack-ipv6-primary-partial.json",
+        &[
+            "--cluster-cidr=10.244.0.0/16,fd00::/104",
+            "--node-cidr-mask-size-ipv6=110",
+            "--service-cluster-ip-range=10.96.0.0/12",
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{notes}");
+    assert!(notes.contains("note: R10: Node worker-1 has podCIDRs [fd00::/110,10.244.0.0/24] in the other family order"), "{notes}");
+    // R11: three IPv4-only AKS Nodes under a dual-stack configuration.
+    let (code, notes) = plan_notes(
+        "03-aks-kubenet-3nodes.json",
+        &[
+            "--cluster-cidr=10.244.0.0/16,fd00::/48",
+            "--service-cluster-ip-range=10.96.0.0/12",
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{notes}");
+    assert!(
+        notes.contains("note: R11: 3 Nodes (aks-agentpool-11223344-vmss000000"),
+        "{notes}"
+    );
+    assert!(
+        notes.contains("will never get one from fd00::/48"),
+        "{notes}"
+    );
+    // R13: no service range, and the cluster CIDR covers kubeadm's default service subnet.
+    let (_, notes) = plan_notes(
+        "05-aws-4nodes-no-podcidr.json",
+        &["--cluster-cidr=10.0.0.0/8"],
+        None,
+    );
+    assert!(notes.contains("note: R13: no --service-cluster-ip-range is given, and cluster CIDR 10.0.0.0/8 overlaps 10.96.0.0/12"), "{notes}");
+    // R08: the GCE Node with its podCIDR written with host bits (the Node object is real; only
+    // spec.podCIDR changes).
+    let text = std::fs::read_to_string(path(
+        "fixtures/nodes/22-gce-notready-single-node-podcidr.json",
+    ))
+    .expect("fixture");
+    let mut list: Value = serde_json::from_str(&text).expect("JSON");
+    list["items"][0]["spec"]["podCIDR"] = Value::from("10.244.0.2/24");
+    let (code, notes) = plan_notes(
+        "-",
+        &[
+            "--cluster-cidr=10.244.0.0/16",
+            "--service-cluster-ip-range=10.96.0.0/12",
+        ],
+        Some(&list.to_string()),
+    );
+    assert_eq!(code, 0, "{notes}");
+    assert!(notes.contains("note: R08: Node kubernetes-node-861h has podCIDR \"10.244.0.2/24\", which is not canonical: the controller reserves 10.244.0.0/24"), "{notes}");
+}
