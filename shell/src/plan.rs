@@ -267,11 +267,8 @@ impl<'a> Planner<'a> {
                     None => allocator.decide(&view),
                 }
             } else {
-                let decision = allocator.decide(&view);
-                if let Action::Assign { pod_cidrs } = &decision.action {
-                    allocator.confirm(&view.name, pod_cidrs);
-                }
-                decision
+                // Each write assumed applied; no index entry is kept for it (memory).
+                allocator.assign_untracked(&view)
             };
             let note = size_note(&allocator, &view, &decision.action);
             let mut planned = entry(&view, decision.action);
@@ -427,7 +424,154 @@ fn entry(view: &NodeView, action: Action) -> PlanNode {
 
 #[cfg(test)]
 mod tests {
+    use nodeipam_core::NodeMaskFlags;
+
     use super::*;
+
+    use crate::node_pools::{MaskRule, NodePools, RuleOrigin};
+
+    fn fixture(file: &str) -> String {
+        let path = format!("{}/../fixtures/nodes/{file}", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read_to_string(path).expect("fixture")
+    }
+
+    /// `CloudAllocator` sizing with these rules (flag order), checked against `config`.
+    fn sizing(config: &IpamConfig, rules: &[&str]) -> Sizing {
+        NodePools {
+            rules: rules
+                .iter()
+                .enumerate()
+                .map(|(i, text)| {
+                    MaskRule::parse(text, RuleOrigin::Flag { index: i + 1 }).expect("rule")
+                })
+                .collect(),
+            ..NodePools::default()
+        }
+        .sizing(config)
+        .expect("rules fit")
+    }
+
+    /// Real fixtures under the range allocator and under node-pool rules: the OpenShift masters
+    /// sized /25 by role in a /22 that then has room for one /23 worker (assigned, sized,
+    /// exhausted), and the AKS Nodes keeping /24s that a rule now sizes /23.
+    fn cases() -> Vec<(&'static str, IpamConfig, Sizing)> {
+        let range = |cluster: &str, masks: NodeMaskFlags| {
+            let config =
+                nodeipam_core::config::validate(cluster, "", masks).expect("valid configuration");
+            let sizing = Sizing::range_allocator(&config);
+            (config, sizing)
+        };
+        let mut cases = Vec::new();
+        for (file, cluster) in [
+            (
+                "11-mixed-bundle-7nodes-redacted-podcidr.json",
+                "10.32.0.0/12",
+            ),
+            ("03-aks-kubenet-3nodes.json", "10.244.0.0/16"),
+            ("05-aws-4nodes-no-podcidr.json", "10.244.0.0/23"),
+        ] {
+            let (config, sizing) = range(cluster, NodeMaskFlags::default());
+            cases.push((file, config, sizing));
+        }
+        let (config, _) = range(
+            "10.128.0.0/22",
+            NodeMaskFlags {
+                node_cidr_mask_size: Some(23),
+                ..NodeMaskFlags::default()
+            },
+        );
+        let masters = sizing(&config, &["node-role.kubernetes.io/master=:ipv4=25"]);
+        cases.push((
+            "08-openshift-gcp-6nodes-no-podcidr-obfuscated-ips.json",
+            config,
+            masters,
+        ));
+        let (config, _) = range("10.244.0.0/16", NodeMaskFlags::default());
+        let pools = sizing(&config, &["agentpool=agentpool:ipv4=23"]);
+        cases.push(("03-aks-kubenet-3nodes.json", config, pools));
+        cases
+    }
+
+    /// The streamed writers print exactly what the collected report prints, on real fixtures
+    /// (kept, assigned, skipped and failed Nodes; blocks sized by rules, kept podCIDRs of another
+    /// size, the largest free block).
+    #[test]
+    fn streamed_output_equals_the_collected_report() {
+        for (file, config, sizing) in cases() {
+            let text = fixture(file);
+            let whole = plan_with_sizing(
+                &config,
+                sizing.clone(),
+                &crate::nodelist::parse_nodes(&text).expect("parses"),
+            )
+            .expect("plans");
+            let nodes = crate::nodelist::read_nodes(text.as_bytes(), file, &sizing.label_keys())
+                .expect("streams");
+            let planner = Planner::with_sizing(&config, sizing, nodes).expect("planner");
+            let mut json = Vec::new();
+            let served = planner.write_json(&mut json).expect("writes");
+            assert_eq!(
+                String::from_utf8(json).expect("utf-8"),
+                whole.to_json() + "\n",
+                "{file}"
+            );
+            let mut table = Vec::new();
+            assert_eq!(planner.write_table(&mut table).expect("writes"), served);
+            assert_eq!(
+                String::from_utf8(table).expect("utf-8"),
+                whole.to_table(),
+                "{file}"
+            );
+            assert_eq!(served, whole.all_served(), "{file}");
+        }
+    }
+
+    /// [`Allocator::assign_untracked`] decides exactly as `decide` followed by `confirm` (the
+    /// plan before it), with per-Node sizes too: every Decision (action, events, metrics) and the
+    /// pools after the plan are equal, on the same cases.
+    #[test]
+    fn untracked_assignments_decide_as_confirmed_ones() {
+        let mut sized = 0;
+        let mut failed = 0;
+        for (file, config, sizing) in cases() {
+            let nodes = crate::nodelist::parse_nodes(&fixture(file)).expect("parses");
+            let views: Vec<NodeView> = nodes.iter().map(NodeView::from_node).collect();
+            let mut tracked = Allocator::with_sizing(&config, sizing.clone()).expect("allocator");
+            let mut untracked = Allocator::with_sizing(&config, sizing).expect("allocator");
+            let occupied: Vec<NodeView> = views
+                .iter()
+                .filter(|v| v.has_pod_cidrs())
+                .cloned()
+                .collect();
+            assert_eq!(
+                tracked.startup_occupy(&occupied),
+                untracked.startup_occupy(&occupied),
+                "{file}"
+            );
+            for view in views.iter().filter(|v| !v.has_pod_cidrs()) {
+                let want = tracked.decide(view);
+                if let Action::Assign { pod_cidrs } = &want.action {
+                    assert!(tracked.confirm(&view.name, pod_cidrs), "{file}");
+                    sized += usize::from(pod_cidrs.iter().any(|c| c.prefix_len() == 25));
+                }
+                failed += usize::from(matches!(want.action, Action::Fail { .. }));
+                assert_eq!(
+                    untracked.assign_untracked(view),
+                    want,
+                    "{file} {}",
+                    view.name
+                );
+            }
+            assert_eq!(untracked.pool_stats(), tracked.pool_stats(), "{file}");
+            assert_eq!(
+                untracked.largest_free_blocks(),
+                tracked.largest_free_blocks(),
+                "{file}"
+            );
+        }
+        assert_eq!(sized, 3, "the three masters get /25s");
+        assert!(failed >= 2, "{failed} exhausted Nodes");
+    }
 
     #[test]
     fn control_characters_are_escaped_in_the_table() {
