@@ -209,10 +209,12 @@ pub struct IpamFlags {
 /// Client, leader-election and serving flags.
 #[derive(Debug, Clone, Args)]
 pub struct ControllerFlags {
-    /// Path to a kubeconfig file (default: in-cluster config, then `$KUBECONFIG`/`~/.kube/config`).
+    /// Path to a kubeconfig file. Without it and without `--master`: the in-cluster config
+    /// (`$KUBECONFIG` and `~/.kube/config` are never read, as by kube-controller-manager).
     #[arg(long, global = true, value_name = "PATH")]
     pub kubeconfig: Option<PathBuf>,
-    /// The address of the Kubernetes API server (overrides the kubeconfig's server).
+    /// The address of the Kubernetes API server (overrides the kubeconfig's server); given alone,
+    /// requests carry no credentials.
     #[arg(long, global = true, value_name = "URL")]
     pub master: Option<String>,
     /// Write requests per second to the API server (client-side token bucket refill rate).

@@ -1,0 +1,99 @@
+//! The per-Node diagnostics of the controller's start-up (R10, R11) reach the API server as
+//! Warning events on the Nodes concerned, through the controller's event path; the Nodes keep
+//! their podCIDRs.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::{WAIT, events_with_reason, fast_config, init_tracing, ipam, masks, spawn};
+use nodeipam::reasons;
+use nodeipam_tests::invariants::{name_of, pod_cidrs_of};
+use nodeipam_tests::sandbox::{Sandbox, fixture};
+
+/// R11: the three IPv4-only AKS Nodes under a dual-stack configuration each get a
+/// `PodCIDRMissingFamily` event, and keep their podCIDRs.
+#[tokio::test]
+async fn missing_family_is_an_event_on_each_node() {
+    init_tracing();
+    let doc = fixture("03-aks-kubenet-3nodes.json");
+    let names: BTreeSet<String> = doc["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(name_of)
+        .collect();
+    let sb = Sandbox::start(doc.clone()).await;
+    let before: Vec<Vec<String>> = names
+        .iter()
+        .map(|n| pod_cidrs_of(&sb.node(n).unwrap()))
+        .collect();
+    let controller = spawn(
+        &sb,
+        fast_config(ipam(
+            "10.244.0.0/16,fd00::/48",
+            "10.96.0.0/12",
+            masks(None, None, None),
+        )),
+    );
+    controller.wait_allocating(&sb).await;
+    let seen = sb
+        .wait_until(WAIT, |sb| {
+            let warned: BTreeSet<String> = events_with_reason(sb, reasons::POD_CIDR_MISSING_FAMILY)
+                .into_iter()
+                .map(|(node, _, _)| node)
+                .collect();
+            warned == names
+        })
+        .await;
+    assert!(
+        seen,
+        "a PodCIDRMissingFamily event on every Node within {WAIT:?}"
+    );
+    let (_, _, note) = events_with_reason(&sb, reasons::POD_CIDR_MISSING_FAMILY)
+        .into_iter()
+        .next()
+        .unwrap();
+    assert!(note.contains("will never get one from fd00::/48"), "{note}");
+    controller.stop().await;
+    let after: Vec<Vec<String>> = names
+        .iter()
+        .map(|n| pod_cidrs_of(&sb.node(n).unwrap()))
+        .collect();
+    assert_eq!(before, after, "kept as they were");
+}
+
+/// R10: the k0s Node written IPv6-first under an IPv4-first configuration gets a
+/// `PodCIDRFamilyOrder` event and is kept.
+#[tokio::test]
+async fn family_order_is_an_event_on_the_node() {
+    init_tracing();
+    let sb = Sandbox::start(fixture("12-k0s-dualstack-ipv6-primary-partial.json")).await;
+    let controller = spawn(
+        &sb,
+        fast_config(ipam(
+            "10.244.0.0/16,fd00::/104",
+            "10.96.0.0/12",
+            masks(None, None, Some(110)),
+        )),
+    );
+    controller.wait_allocating(&sb).await;
+    let seen = sb
+        .wait_until(WAIT, |sb| {
+            events_with_reason(sb, reasons::POD_CIDR_FAMILY_ORDER)
+                .iter()
+                .any(|(node, _, _)| node == "worker-1")
+        })
+        .await;
+    assert!(
+        seen,
+        "a PodCIDRFamilyOrder event on worker-1 within {WAIT:?}"
+    );
+    controller.stop().await;
+    assert_eq!(
+        pod_cidrs_of(&sb.node("worker-1").unwrap()),
+        ["fd00::/110", "10.244.0.0/24"]
+    );
+}
