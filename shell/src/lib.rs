@@ -1,6 +1,10 @@
 //! `nodeipam`: the Kubernetes node IPAM controller (range allocator) around `nodeipam-core`.
 //!
-//! - [`flags`]: kube-controller-manager's flags (clap);
+//! - [`flags`]: kube-controller-manager's command line (clap, pflag's syntax, every kcm/ccm flag
+//!   in [`flags::kcm::KCM_FLAGS`]);
+//! - [`logging`]: `-v` and `--logging-format` onto tracing; [`startup`]: the start-up lines;
+//! - [`diagnostics`]: the recommended diagnostics (R05, R08, R10, R11, R13);
+//! - [`nodelist`]: streaming NodeList reader;
 //! - [`reconcile`]: the pure decision logic (which patch, event, metric for a Node);
 //! - [`node_pools`]: per-Node mask sizes from rules and labels (`CloudAllocator`);
 //! - [`plan`]: the offline `plan` subcommand;
