@@ -1029,10 +1029,39 @@ pub struct GivenIgnoredFlag {
     pub reason: &'static str,
 }
 
+/// The ignored flags whose pflag type collects repeated values (`stringSlice`, `mapStringBool`,
+/// `stringToString`, `namedCertKey`, `int32Slice`); every other flag keeps its last value.
+const LIST_FLAGS: [&str; 14] = [
+    "allow-metric-labels",
+    "authorization-always-allow-paths",
+    "disabled-metrics",
+    "feature-gates",
+    "requestheader-allowed-names",
+    "requestheader-extra-headers-prefix",
+    "requestheader-group-headers",
+    "requestheader-uid-headers",
+    "requestheader-username-headers",
+    "tls-cipher-suites",
+    "tls-curve-preferences",
+    "tls-sni-cert-key",
+    "webhooks",
+    "webhook-tls-cipher-suites",
+];
+
 impl std::fmt::Display for GivenIgnoredFlag {
-    /// `--name=value` (the last value; pflag's last one wins), or `--name=a,b` for repeated values.
+    /// `--name=value` as pflag reads it: the last value of a scalar flag (the last one wins), all
+    /// values comma-joined for a list flag.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "--{}={}", self.name, self.values.join(","))
+        if LIST_FLAGS.contains(&self.name) {
+            write!(f, "--{}={}", self.name, self.values.join(","))
+        } else {
+            write!(
+                f,
+                "--{}={}",
+                self.name,
+                self.values.last().map_or("", String::as_str)
+            )
+        }
     }
 }
 
@@ -1106,6 +1135,30 @@ pub fn markdown_table() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn repeated_ignored_flags_display_as_pflag_reads_them() {
+        let flag = |name: &'static str, values: &[&str]| GivenIgnoredFlag {
+            name,
+            values: values.iter().map(|v| (*v).to_owned()).collect(),
+            reason: "",
+        };
+        assert_eq!(
+            flag("profiling", &["true", "false"]).to_string(),
+            "--profiling=false"
+        );
+        assert_eq!(
+            flag("cluster-name", &["a", "b"]).to_string(),
+            "--cluster-name=b"
+        );
+        assert_eq!(
+            flag("feature-gates", &["A=true", "B=false"]).to_string(),
+            "--feature-gates=A=true,B=false"
+        );
+        for name in LIST_FLAGS {
+            assert!(lookup(name).is_some_and(|f| f.takes == Value), "{name}");
+        }
+    }
 
     #[test]
     fn table_is_sorted_and_unique() {
