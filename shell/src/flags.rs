@@ -4,8 +4,10 @@
 //!
 //! The whole kube-controller-manager / cloud-controller-manager command line is accepted
 //! ([`kcm::KCM_FLAGS`]): the flags this controller implements behave as in kcm, the others are
-//! accepted and listed at start-up as ignored ([`Parsed::ignored`]). Values are read as pflag reads
-//! them ([`pflag`]): booleans `--flag` / `--flag=true|True|1|t|…`, integers in Go's syntax
+//! accepted and listed at start-up as ignored ([`Parsed::ignored`]); our own flags (the
+//! `CloudAllocator` node-pool flags, the workers, the metrics and health addresses) are in that
+//! table too, and follow the same conventions (global, so `plan` takes the whole command line).
+//! Values are read as pflag reads them ([`pflag`]): booleans `--flag` / `--flag=true|True|1|t|…`, integers in Go's syntax
 //! (`0x18`, `024`), `--flag value` and `--flag=value`, `_` in a flag name read as `-`, a repeated
 //! flag's last value wins (list flags such as `--controllers` append). Durations take Go's duration
 //! text (`15s`, `1m30s`, `500ms`). Parse errors (clap's own) exit with status 2 and name the flag;
@@ -188,7 +190,8 @@ pub struct IpamFlags {
     /// CloudAllocator rule, repeatable: Nodes whose label KEY equals VALUE get /N (IPv4) and /M
     /// (IPv6) blocks, e.g. 'kubernetes.azure.com/agentpool=bigpool:ipv4=23,ipv6=64'. First match
     /// wins (these flags in order, then the rules file); a family the rule leaves out gets the
-    /// default size.
+    /// default size. N and M are decimal bits, as in the rules file and the mask labels (our own
+    /// syntax inside a string flag, not a pflag integer).
     #[arg(long = "node-cidr-mask-size-rule", global = true, value_name = "KEY=VALUE:ipv4=N,ipv6=M", action = ArgAction::Append)]
     pub node_cidr_mask_size_rules: Vec<String>,
     /// CloudAllocator rules file: one rule per line in --node-cidr-mask-size-rule's syntax; blank
@@ -197,8 +200,10 @@ pub struct IpamFlags {
     pub node_cidr_mask_size_rules_file: Option<PathBuf>,
     /// CloudAllocator: honour the Nodes' nodeipam.io/node-cidr-mask-size-ipv4/-ipv6 labels
     /// (before the rules), within --node-mask-label-range. A kubelet can set these on its own Node.
+    /// A pflag boolean, like every boolean here (`--allow-node-mask-label`, `=true|True|1|t|…`).
     #[arg(long, global = true, value_name = "BOOL", default_value_t = false, action = ArgAction::Set,
-          num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+          num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          value_parser = pflag::parse_bool)]
     pub allow_node_mask_label: bool,
     /// The sizes a Node's mask label may ask for, e.g. 'ipv4=23-26,ipv6=60-64' (default: from the
     /// coarsest to the finest size the default and the rules give).

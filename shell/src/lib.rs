@@ -1,7 +1,8 @@
-//! `nodeipam`: the Kubernetes node IPAM controller (range allocator) around `nodeipam-core`.
+//! `nodeipam`: the Kubernetes node IPAM controller (range allocator, and per-node-pool sizes with
+//! `CloudAllocator`) around `nodeipam-core`.
 //!
 //! - [`flags`]: kube-controller-manager's command line (clap, pflag's syntax, every kcm/ccm flag
-//!   in [`flags::kcm::KCM_FLAGS`]);
+//!   and our own in [`flags::kcm::KCM_FLAGS`]);
 //! - [`logging`]: `-v` and `--logging-format` onto tracing; [`startup`]: the start-up lines;
 //! - [`diagnostics`]: the recommended diagnostics (R05, R08, R10, R11, R13);
 //! - [`nodelist`]: streaming NodeList reader;

@@ -410,6 +410,97 @@ fn table_and_command_agree() {
     }
 }
 
+/// The table lists every flag the command line takes, kcm's and ours (`from` = `ours`): no
+/// visible argument is missing from it, and none of our own flags is ignored.
+#[test]
+fn every_visible_flag_is_in_the_table() {
+    let command = flags::command();
+    for arg in command.get_arguments().filter(|a| !a.is_hide_set()) {
+        let Some(long) = arg.get_long() else {
+            continue;
+        };
+        if ["help", "version"].contains(&long) {
+            continue;
+        }
+        let flag =
+            flags::kcm::lookup(long).unwrap_or_else(|| panic!("--{long} is not in the table"));
+        assert!(
+            matches!(flag.handling, flags::kcm::Handling::Implemented(_)),
+            "--{long} is a real argument, so implemented"
+        );
+    }
+    let ours: Vec<&str> = flags::kcm::KCM_FLAGS
+        .iter()
+        .filter(|f| f.source == flags::kcm::Source::Ours)
+        .map(|f| f.name)
+        .collect();
+    assert_eq!(
+        ours,
+        [
+            "allow-node-mask-label",
+            "health-probe-bind-address",
+            "metrics-bind-address",
+            "node-cidr-mask-size-rule",
+            "node-cidr-mask-size-rules-file",
+            "node-cidr-update-workers",
+            "node-mask-label-range",
+        ]
+    );
+}
+
+/// The node-pool flags follow the kcm conventions: pflag booleans, `_` in names, `--flag value`,
+/// repeated rules appended in order (a repeated scalar's last value wins), and all of them global
+/// so that `plan` takes them after the subcommand.
+#[test]
+fn node_pool_flags_take_pflag_forms() {
+    let argv = |args: &[&str]| {
+        std::iter::once("nodeipam-controller")
+            .chain(args.iter().copied())
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    for (form, want) in [
+        (&["--allow-node-mask-label"][..], true),
+        (&["--allow-node-mask-label=True"], true),
+        (&["--allow_node_mask_label=1"], true),
+        (&["--allow-node-mask-label=t"], true),
+        (&["--allow-node-mask-label=F"], false),
+        (&["--allow-node-mask-label=FALSE"], false),
+        (&[], false),
+    ] {
+        let parsed = parse(&argv(form));
+        assert_eq!(parsed.cli.ipam.allow_node_mask_label, want, "{form:?}");
+        assert!(parsed.ignored.is_empty(), "{form:?}");
+    }
+    assert!(flags::parse_from(argv(&["--allow-node-mask-label=yes"])).is_err());
+    let fixture = path("fixtures/nodes/03-aks-kubenet-3nodes.json");
+    let parsed = parse(&argv(&[
+        "plan",
+        &fixture,
+        "--cidr-allocator-type",
+        "CloudAllocator",
+        "--node_cidr_mask_size_rule",
+        "agentpool=agentpool:ipv4=23",
+        "--node-cidr-mask-size-rule=kubernetes.azure.com/agentpool=small:ipv4=26",
+        "--allow-node-mask-label=T",
+        "--node-mask-label-range=ipv4=20-22",
+        "--node_mask_label_range",
+        "ipv4=22-26",
+    ]));
+    assert!(matches!(parsed.cli.command, Some(flags::Command::Plan(_))));
+    let pools = parsed.cli.ipam.node_pools().expect("valid node-pool flags");
+    let rules: Vec<&str> = pools.rules.iter().map(|r| r.text.as_str()).collect();
+    assert_eq!(
+        rules,
+        [
+            "agentpool=agentpool:ipv4=23",
+            "kubernetes.azure.com/agentpool=small:ipv4=26"
+        ]
+    );
+    assert!(pools.allow_mask_label);
+    assert_eq!(pools.label_range.ipv4, Some((22, 26)), "the last one wins");
+}
+
 #[test]
 fn help_version_and_completions() {
     let help = run(&["--help"]);

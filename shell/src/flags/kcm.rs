@@ -16,7 +16,10 @@
 //!
 //! [`KCM_FLAGS`] is the one table: [`super::command`] adds every flag that is not implemented as a
 //! hidden, accepted argument; the README's flag table is rendered from it
-//! ([`markdown_table`], checked by a test).
+//! ([`markdown_table`], checked by a test). This controller's own flags, which no kcm or ccm has
+//! (the node-pool flags of `CloudAllocator`, the workers, the metrics and health addresses), are
+//! rows of the same table with the source [`Source::Ours`], so that it lists every flag the
+//! command line takes.
 
 use clap::{Arg, ArgAction, ArgMatches};
 
@@ -42,6 +45,9 @@ pub enum Source {
     AzureCcm,
     /// Removed from current kube-controller-manager; still found in older manifests.
     KcmRemoved,
+    /// This controller's own flag: neither kube-controller-manager nor any
+    /// cloud-controller-manager has it.
+    Ours,
 }
 
 impl Source {
@@ -53,6 +59,7 @@ impl Source {
             Source::Ccm => "ccm",
             Source::AzureCcm => "azure ccm",
             Source::KcmRemoved => "kcm (removed)",
+            Source::Ours => "ours",
         }
     }
 }
@@ -69,7 +76,7 @@ pub enum Handling {
     UntilSecureServing,
 }
 
-/// One kube-controller-manager / cloud-controller-manager flag.
+/// One kube-controller-manager / cloud-controller-manager flag (or one of ours, [`Source::Ours`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KcmFlag {
     /// Long name without `--`.
@@ -83,7 +90,8 @@ pub struct KcmFlag {
 }
 
 const OTHER_CONTROLLER: &str = "configures a controller this process does not run";
-const CLOUD: &str = "the range allocator uses no cloud provider";
+const CLOUD: &str =
+    "this controller uses no cloud provider (CloudAllocator's sizes come from the Nodes' labels)";
 const SERVING_REASON: &str = "secure serving is not implemented yet (issue 9); /metrics, /healthz and /readyz are served over HTTP on --metrics-bind-address and --health-probe-bind-address";
 const METRICS: &str = "this controller's metric set is fixed (see README, Metrics)";
 const LOG_STREAM: &str = "every log line goes to stderr, unbuffered";
@@ -92,7 +100,7 @@ const KLOG_REMOVED: &str =
     "klog flag removed from kube-controller-manager in 1.26; logs go to stderr";
 
 use Handling::{Ignored, Implemented, UntilSecureServing};
-use Source::{AzureCcm, Both, Ccm, Kcm, KcmRemoved};
+use Source::{AzureCcm, Both, Ccm, Kcm, KcmRemoved, Ours};
 use Takes::{Bool, Value};
 
 const fn flag(name: &'static str, takes: Takes, source: Source, handling: Handling) -> KcmFlag {
@@ -104,7 +112,8 @@ const fn flag(name: &'static str, takes: Takes, source: Source, handling: Handli
     }
 }
 
-/// Every kube-controller-manager and cloud-controller-manager flag, sorted by name.
+/// Every kube-controller-manager and cloud-controller-manager flag, and this controller's own
+/// ([`Source::Ours`]), sorted by name.
 pub const KCM_FLAGS: &[KcmFlag] = &[
     flag("add-dir-header", Bool, KcmRemoved, Ignored(KLOG_REMOVED)),
     flag(
@@ -127,6 +136,14 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
         Value,
         Both,
         Ignored(METRICS),
+    ),
+    flag(
+        "allow-node-mask-label",
+        Bool,
+        Ours,
+        Implemented(
+            "with `--cidr-allocator-type=CloudAllocator`: the Nodes' `nodeipam.io/node-cidr-mask-size-ipv4`/`-ipv6` labels size their blocks, before the rules, within `--node-mask-label-range` (see README, Node pools)",
+        ),
     ),
     flag("allow-untagged-cloud", Bool, Both, Ignored(CLOUD)),
     flag("alsologtostderr", Bool, KcmRemoved, Ignored(KLOG_REMOVED)),
@@ -171,11 +188,15 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
     ),
     flag("bind-address", Value, Both, UntilSecureServing),
     flag("cert-dir", Value, Both, UntilSecureServing),
+    // kcm's `CloudAllocator` "uses cloud platform support to do node CIDR range allocations"
+    // (`pkg/controller/nodeipam/ipam/cidr_allocator.go`); ours is cloud-provider-azure's.
     flag(
         "cidr-allocator-type",
         Value,
         Both,
-        Implemented("`RangeAllocator` (the default) only; any other type exits 2"),
+        Implemented(
+            "`RangeAllocator` (the default: every Node gets the node CIDR mask size) or `CloudAllocator` (per-Node sizes from `--node-cidr-mask-size-rule` and the mask labels, as cloud-provider-azure's allocator sizes its node pools; kcm's `CloudAllocator` takes the ranges from the cloud instead); any other type exits 2",
+        ),
     ),
     flag("client-ca-file", Value, Both, UntilSecureServing),
     flag("cloud-config", Value, Both, Ignored(CLOUD)),
@@ -193,7 +214,7 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
         "cluster-name",
         Value,
         Both,
-        Ignored("names cloud resources; the range allocator does not use it"),
+        Ignored("names cloud resources; this controller does not use it"),
     ),
     flag(
         "cluster-signing-cert-file",
@@ -492,13 +513,21 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
         "feature-gates",
         Value,
         Both,
-        Ignored("no kube-controller-manager feature gate changes the range allocator"),
+        Ignored("no kube-controller-manager feature gate changes this controller's allocation"),
     ),
     flag(
         "flex-volume-plugin-dir",
         Value,
         Kcm,
         Ignored(OTHER_CONTROLLER),
+    ),
+    flag(
+        "health-probe-bind-address",
+        Value,
+        Ours,
+        Implemented(
+            "`/healthz`, `/livez` and `/readyz` over HTTP (default `0.0.0.0:8081`; `0` turns it off)",
+        ),
     ),
     flag(
         "horizontal-pod-autoscaler-cpu-initialization-period",
@@ -676,6 +705,14 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
         Ignored(OTHER_CONTROLLER),
     ),
     flag(
+        "metrics-bind-address",
+        Value,
+        Ours,
+        Implemented(
+            "Prometheus `/metrics` over HTTP (default `0.0.0.0:8080`; `0` turns it off); kcm serves its metrics on `--secure-port`",
+        ),
+    ),
+    flag(
         "min-resync-period",
         Value,
         Both,
@@ -718,6 +755,30 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
         Both,
         Implemented("as kcm"),
     ),
+    flag(
+        "node-cidr-mask-size-rule",
+        Value,
+        Ours,
+        Implemented(
+            "with `--cidr-allocator-type=CloudAllocator`, repeatable: `KEY=VALUE:ipv4=N,ipv6=M` gives the Nodes whose label KEY equals VALUE /N and /M blocks; the first matching rule wins (see README, Node pools)",
+        ),
+    ),
+    flag(
+        "node-cidr-mask-size-rules-file",
+        Value,
+        Ours,
+        Implemented(
+            "with `--cidr-allocator-type=CloudAllocator`: more rules in `--node-cidr-mask-size-rule`'s syntax, one per line, after the flags' rules",
+        ),
+    ),
+    flag(
+        "node-cidr-update-workers",
+        Value,
+        Ours,
+        Implemented(
+            "concurrent writes of spec.podCIDR(s) (default 30, the number of `cidrUpdateWorkers` kcm's range allocator runs)",
+        ),
+    ),
     flag("node-eviction-rate", Value, Kcm, Ignored(OTHER_CONTROLLER)),
     flag(
         "node-filter-requirements",
@@ -725,6 +786,14 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
         AzureCcm,
         Implemented(
             "empty only: a selector would make cloud-provider-azure's node IPAM controller serve only the matching Nodes, which this controller does not do, so a non-empty one exits 2",
+        ),
+    ),
+    flag(
+        "node-mask-label-range",
+        Value,
+        Ours,
+        Implemented(
+            "with `--allow-node-mask-label`: `ipv4=MIN-MAX,ipv6=MIN-MAX`, the sizes a mask label may ask for (default: the coarsest to the finest size the default and the rules give)",
         ),
     ),
     flag(
