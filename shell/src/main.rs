@@ -115,10 +115,7 @@ fn run_plan(args: &PlanArgs, cli: &Cli, ignored: &[flags::kcm::GivenIgnoredFlag]
     for line in startup::ignored_lines(ignored) {
         eprintln!("note: {line}");
     }
-    for line in startup::diagnostic_lines(&config, &planner.findings()) {
-        eprintln!("note: {line}");
-    }
-    for line in sizing.warnings() {
+    for line in startup::diagnostic_lines(&config, &sizing, &planner.findings()) {
         eprintln!("note: {line}");
     }
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
@@ -173,16 +170,14 @@ fn run_controller(
             },
             None => None,
         };
-        let (config, sizing) = match ipam {
-            Some((ipam, node_pools, sizing)) => {
-                let mut config = ControllerConfig::from_flags(ipam, flags);
-                config.node_pools = node_pools;
-                (Some(config), Some(sizing))
-            }
-            None => (None, None),
-        };
+        let allocation = ipam.map(|(ipam, node_pools, sizing)| {
+            let mut config = ControllerConfig::from_flags(ipam, flags);
+            config.node_pools = node_pools;
+            (config, sizing)
+        });
         startup::log_startup(&startup::StartupView {
-            config: config.as_ref(),
+            config: allocation.as_ref().map(|(config, _)| config),
+            sizing: allocation.as_ref().map(|(_, sizing)| sizing),
             ipam_flags: &cli.ipam,
             flags,
             api_server: client.as_ref().map(|(_, url)| url.as_str()),
@@ -191,13 +186,10 @@ fn run_controller(
         for line in startup::ignored_lines(ignored) {
             tracing::info!("{line}");
         }
-        if let Some(config) = &config {
-            for line in startup::config_diagnostic_lines(&config.ipam) {
+        if let Some((config, sizing)) = &allocation {
+            for line in startup::config_diagnostic_lines(&config.ipam, sizing) {
                 tracing::warn!("{line}");
             }
-        }
-        for line in sizing.iter().flat_map(Sizing::warnings) {
-            tracing::warn!("{line}");
         }
         let health = controller::Health::new();
         let mut servers = tokio::task::JoinSet::new();
@@ -245,7 +237,7 @@ fn run_controller(
                 tracing::error!(?result, "the health probe server stopped");
             });
         }
-        let (Some(mut config), Some((client, _))) = (config, client) else {
+        let (Some((mut config, _)), Some((client, _))) = (allocation, client) else {
             health.set_ready(true);
             tokio::select! {
                 () = shutdown_signal() => return 0,

@@ -540,27 +540,15 @@ fn help_version_and_completions() {
     assert_eq!(run(&["completion", "powershell"]).status.code(), Some(2));
 }
 
-/// The start-up line and the ignored-flag line, as JSON with klog's field names, before the first
-/// request reaches the API server (a plain listener of the test).
-#[test]
-fn startup_line_in_json() {
+/// The controller's JSON log lines up to its first request to the API server (a plain listener of
+/// the test, whose port is returned), started with `args` and `--master` naming that listener.
+fn lines_before_first_request(args: &[&str]) -> (Vec<Value>, String, u16) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("addr").port();
     let master = format!("--master=http://127.0.0.1:{port}");
     let mut child = Command::new(BIN)
-        .args([
-            "--cluster-cidr=10.244.0.0/16,fd00:10:244::/56",
-            "--service-cluster-ip-range=10.96.0.0/12",
-            &master,
-            "--leader-elect=false",
-            "--metrics-bind-address=0",
-            "--health-probe-bind-address=127.0.0.1:0",
-            "--logging-format=json",
-            "--secure-port=10257",
-            "--profiling=false",
-            "-v",
-            "2",
-        ])
+        .args(args)
+        .arg(&master)
         .env_remove("RUST_LOG")
         .env("POD_NAME", "nodeipam-test")
         .stdout(Stdio::null())
@@ -572,11 +560,30 @@ fn startup_line_in_json() {
     let _ = BufReader::new(stream).read_line(&mut first);
     let _ = child.kill();
     let output = child.wait_with_output().expect("exits");
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     let lines: Vec<Value> = stderr
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?} is not JSON: {e}")))
         .collect();
+    (lines, stderr, port)
+}
+
+/// The start-up line and the ignored-flag line, as JSON with klog's field names, before the first
+/// request reaches the API server.
+#[test]
+fn startup_line_in_json() {
+    let (lines, stderr, port) = lines_before_first_request(&[
+        "--cluster-cidr=10.244.0.0/16,fd00:10:244::/56",
+        "--service-cluster-ip-range=10.96.0.0/12",
+        "--leader-elect=false",
+        "--metrics-bind-address=0",
+        "--health-probe-bind-address=127.0.0.1:0",
+        "--logging-format=json",
+        "--secure-port=10257",
+        "--profiling=false",
+        "-v",
+        "2",
+    ]);
     let start = lines
         .iter()
         .find(|l| l["msg"] == "starting nodeipam-controller")
@@ -595,10 +602,13 @@ fn startup_line_in_json() {
             .is_some_and(|v| v.starts_with(env!("CARGO_PKG_VERSION"))),
         "{start}"
     );
+    assert_eq!(start["allocator"], "RangeAllocator");
     assert_eq!(
         start["cluster_cidrs"],
         "10.244.0.0/16 (/24, 256 blocks), fd00:10:244::/56 (/64, 256 blocks)"
     );
+    assert!(start.get("node_pool_rules").is_none(), "{start}");
+    assert!(start.get("mask_labels").is_none(), "{start}");
     assert_eq!(start["service_cidrs"], "10.96.0.0/12");
     assert_eq!(start["api_server"], format!("http://127.0.0.1:{port}/"));
     assert_eq!(start["kube_api_qps"], 20.0);
@@ -625,6 +635,55 @@ fn startup_line_in_json() {
         "{msg}"
     );
     println!("{stderr}");
+}
+
+/// With CloudAllocator the start-up line names the allocator, the rules in the order they are
+/// tried, the mask labels' range and each cluster CIDR's sizes and grid; the warning about a rule
+/// keyed on a label a kubelet may set follows it, with the other start-up diagnostics.
+#[test]
+fn startup_line_names_the_node_pools() {
+    let (lines, stderr, _) = lines_before_first_request(&[
+        "--cluster-cidr=10.244.0.0/16",
+        "--service-cluster-ip-range=10.96.0.0/12",
+        "--leader-elect=false",
+        "--metrics-bind-address=0",
+        "--health-probe-bind-address=0",
+        "--logging-format=json",
+        "--cidr-allocator-type=CloudAllocator",
+        "--node-cidr-mask-size-rule=agentpool=big:ipv4=23",
+        "--node-cidr-mask-size-rule=node-restriction.kubernetes.io/pool=small:ipv4=26",
+        "--allow-node-mask-label=true",
+        "--node-mask-label-range=ipv4=22-27",
+    ]);
+    let start = lines
+        .iter()
+        .position(|l| l["msg"] == "starting nodeipam-controller")
+        .unwrap_or_else(|| panic!("no start-up line: {stderr}"));
+    let line = &lines[start];
+    assert_eq!(line["allocator"], "CloudAllocator");
+    assert_eq!(
+        line["cluster_cidrs"],
+        "10.244.0.0/16 (/24, 256 blocks; sizes /22 to /27 on a /27 grid of 2048 blocks)"
+    );
+    assert_eq!(
+        line["node_pool_rules"],
+        "--node-cidr-mask-size-rule #1 \"agentpool=big:ipv4=23\"; --node-cidr-mask-size-rule #2 \"node-restriction.kubernetes.io/pool=small:ipv4=26\""
+    );
+    assert_eq!(line["mask_labels"], "IPv4 /22 to /27");
+    let warnings: Vec<&str> = lines[start..]
+        .iter()
+        .filter(|l| l["level"] == "warning")
+        .filter_map(|l| l["msg"].as_str())
+        .collect();
+    assert_eq!(warnings.len(), 2, "{stderr}");
+    assert!(
+        warnings[0].starts_with("--node-cidr-mask-size-rule #1 \"agentpool=big:ipv4=23\" keys on label agentpool, which a kubelet may set"),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings[1].starts_with("--allow-node-mask-label: "),
+        "{warnings:?}"
+    );
 }
 
 fn plan_notes(file: &str, flags: &[&str], stdin: Option<&str>) -> (i32, String) {
@@ -721,4 +780,21 @@ fn diagnostics_are_plan_notes() {
     );
     assert_eq!(code, 0, "{notes}");
     assert!(notes.contains("note: R08: Node kubernetes-node-861h has podCIDR \"10.244.0.2/24\", which is not canonical: the controller reserves 10.244.0.0/24"), "{notes}");
+    // The node-pool warning (a rule keyed on a label a kubelet may set) is a note too, after the
+    // diagnostics.
+    let (code, notes) = plan_notes(
+        "03-aks-kubenet-3nodes.json",
+        &[
+            "--cluster-cidr=10.244.0.0/16",
+            "--service-cluster-ip-range=10.96.0.0/12",
+            "--cidr-allocator-type=CloudAllocator",
+            "--node-cidr-mask-size-rule=agentpool=agentpool:ipv4=23",
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{notes}");
+    assert_eq!(
+        notes,
+        "note: --node-cidr-mask-size-rule #1 \"agentpool=agentpool:ipv4=23\" keys on label agentpool, which a kubelet may set on its own Node (the NodeRestriction admission plugin does not protect it): a compromised node can claim this rule's block size\n"
+    );
 }
