@@ -4,8 +4,8 @@
 //!
 //! | code | finding |
 //! |---|---|
-//! | R05 | a cluster CIDR holds a single node block (e.g. an IPv6 /64 with the default /64 mask): one Node gets a pod CIDR, every other waits |
-//! | R08 | a Node's podCIDR is not canonical (`10.1.2.2/24`): host bits set, or written otherwise than its canonical form |
+//! | R05 | a cluster CIDR holds a single node block (e.g. an IPv6 /64 with the default /64 mask): one Node gets a pod CIDR, every other waits; with node-pool rules or mask labels giving finer sizes, a Node of the default size takes the whole cluster CIDR |
+//! | R08 | a Node's podCIDR is not canonical (`10.1.2.2/24`): host bits set, or written otherwise than its canonical form (whatever its size: a podCIDR of another size than the default, kept under node-pool rules, is not a finding) |
 //! | R10 | dual-stack: a Node's podCIDRs are in the other family order than `--cluster-cidr` |
 //! | R11 | dual-stack: a Node has podCIDRs of one family only — it will never get the other |
 //! | R13 | no `--service-cluster-ip-range`, while a cluster CIDR overlaps a well-known default service range |
@@ -14,6 +14,7 @@
 
 use nodeipam_core::{Cidr, Family, IpamConfig};
 
+use crate::node_pools::Sizing;
 use crate::reasons;
 use crate::reconcile::{EventKind, EventSpec, NodeName, NodeView};
 
@@ -40,12 +41,17 @@ fn ipv4_mapped_range() -> Option<Cidr> {
 /// One diagnostic.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Finding {
-    /// R05: `cluster_cidr` with `node_mask_size` holds one block.
+    /// R05: `cluster_cidr` with `node_mask_size` holds one block. With node-pool rules or mask
+    /// labels giving finer sizes (`grid_mask` > `node_mask_size`), Nodes of those sizes share it,
+    /// but a Node of the default size still takes all of it.
     SingleBlockPool {
         /// The cluster CIDR.
         cluster_cidr: Cidr,
-        /// Its node mask size, bits.
+        /// Its node mask size (the default size), bits.
         node_mask_size: u8,
+        /// The finest size a Node can get there (the grid), bits; `node_mask_size` without
+        /// node-pool sizes.
+        grid_mask: u8,
     },
     /// R08: Node `node` has podCIDR text `written`, whose canonical form is `canonical`.
     NonCanonicalPodCidr {
@@ -120,15 +126,25 @@ impl Finding {
             Finding::SingleBlockPool {
                 cluster_cidr,
                 node_mask_size,
+                grid_mask,
             } => {
                 let flag = match cluster_cidr.family() {
                     Family::V4 => "--node-cidr-mask-size-ipv4",
                     Family::V6 => "--node-cidr-mask-size-ipv6",
                 };
-                format!(
-                    "cluster CIDR {cluster_cidr} with node mask /{node_mask_size} holds a single block: one Node gets a pod CIDR and every other waits; give a longer mask with {flag} (or --node-cidr-mask-size), e.g. /{}",
-                    (cluster_cidr.prefix_len() + 16).min(cluster_cidr.family().max_prefix_len())
-                )
+                let example = cluster_cidr
+                    .prefix_len()
+                    .saturating_add(16)
+                    .min(cluster_cidr.family().max_prefix_len());
+                if grid_mask > node_mask_size {
+                    format!(
+                        "cluster CIDR {cluster_cidr} with node mask /{node_mask_size} holds a single block of the default size: Nodes that node-pool rules or mask labels size get blocks down to /{grid_mask}, but a Node of the default size gets a pod CIDR only while the whole cluster CIDR is free, so the first one takes all of it and every Node after it waits; give a longer default mask with {flag} (or --node-cidr-mask-size), e.g. /{example}, or make every Node match a rule"
+                    )
+                } else {
+                    format!(
+                        "cluster CIDR {cluster_cidr} with node mask /{node_mask_size} holds a single block: one Node gets a pod CIDR and every other waits; give a longer mask with {flag} (or --node-cidr-mask-size), e.g. /{example}"
+                    )
+                }
             }
             Finding::NonCanonicalPodCidr {
                 node,
@@ -178,8 +194,10 @@ impl Finding {
     }
 }
 
-/// Findings about the configuration alone (R05, R13, host bits), flag order.
-pub fn config_findings(config: &IpamConfig) -> Vec<Finding> {
+/// Findings about the configuration alone (R05, R13, host bits), flag order. `sizing` gives the
+/// sizes Nodes can get ([`Sizing::range_allocator`] without node-pool rules), which R05's
+/// message depends on.
+pub fn config_findings(config: &IpamConfig, sizing: &Sizing) -> Vec<Finding> {
     let mut findings = Vec::new();
     for cluster in &config.cluster_cidrs {
         if cluster.host_bits_were_set {
@@ -188,9 +206,14 @@ pub fn config_findings(config: &IpamConfig) -> Vec<Finding> {
             });
         }
         if cluster.block_count() == 1 {
+            let grid_mask = sizing
+                .set_for(cluster.cluster_cidr.family())
+                .filter(|s| s.cluster_cidr == cluster.cluster_cidr)
+                .map_or(cluster.node_mask_size, |s| s.grid_mask);
             findings.push(Finding::SingleBlockPool {
                 cluster_cidr: cluster.cluster_cidr,
                 node_mask_size: cluster.node_mask_size,
+                grid_mask,
             });
         }
     }
@@ -330,6 +353,11 @@ mod tests {
         .expect("valid configuration")
     }
 
+    /// The configuration's findings with the range allocator.
+    fn range_findings(config: &IpamConfig) -> Vec<Finding> {
+        config_findings(config, &Sizing::range_allocator(config))
+    }
+
     fn view(name: &str, pod_cidrs: &[&str]) -> NodeView {
         NodeView {
             name: name.into(),
@@ -346,16 +374,62 @@ mod tests {
     /// R05: an IPv6 /64 cluster CIDR with the default /64 mask holds one block.
     #[test]
     fn r05_single_block_pool() {
-        let findings = config_findings(&config("fd00:1:2:3::/64", "fd00:ffff::/112", None));
+        let findings = range_findings(&config("fd00:1:2:3::/64", "fd00:ffff::/112", None));
         assert_eq!(
             findings,
             [Finding::SingleBlockPool {
                 cluster_cidr: cidr("fd00:1:2:3::/64"),
-                node_mask_size: 64
+                node_mask_size: 64,
+                grid_mask: 64,
             }]
         );
         assert!(findings[0].message().contains("--node-cidr-mask-size-ipv6"));
-        assert!(config_findings(&config("fd00:1:2::/48", "fd00:ffff::/112", None)).is_empty());
+        assert!(
+            findings[0]
+                .message()
+                .contains("one Node gets a pod CIDR and every other waits")
+        );
+        assert!(range_findings(&config("fd00:1:2::/48", "fd00:ffff::/112", None)).is_empty());
+    }
+
+    /// R05 with node-pool sizes: a rule giving /80s in the /64 does not make the default /64 any
+    /// less a single block, so the finding stays, but says what is true then (rule-sized Nodes
+    /// share the cluster CIDR; a default-size Node takes all of it, and only while it is free).
+    /// Rules that leave the default a multi-block size give no finding, whatever the grid.
+    #[test]
+    fn r05_with_node_pool_sizes() {
+        use crate::node_pools::{MaskRule, NodePools, RuleOrigin};
+        let sizing = |ipam: &IpamConfig, rule: &str| {
+            NodePools {
+                rules: vec![MaskRule::parse(rule, RuleOrigin::Flag { index: 1 }).expect("rule")],
+                ..NodePools::default()
+            }
+            .sizing(ipam)
+            .expect("fits")
+        };
+        let ipam = config("fd00:1:2:3::/64", "fd00:ffff::/112", None);
+        let findings = config_findings(&ipam, &sizing(&ipam, "pool=small:ipv6=80"));
+        assert_eq!(
+            findings,
+            [Finding::SingleBlockPool {
+                cluster_cidr: cidr("fd00:1:2:3::/64"),
+                node_mask_size: 64,
+                grid_mask: 80,
+            }]
+        );
+        let message = findings[0].message();
+        assert!(
+            message.contains("get blocks down to /80, but a Node of the default size gets a pod CIDR only while the whole cluster CIDR is free"),
+            "{message}"
+        );
+        assert!(
+            !message.contains("one Node gets a pod CIDR and"),
+            "{message}"
+        );
+        let ipam = config("fd00:1:2::/48", "fd00:ffff::/112", None);
+        assert!(config_findings(&ipam, &sizing(&ipam, "pool=small:ipv6=72")).is_empty());
+        let ipam = config("10.1.0.0/16", "10.96.0.0/12", None);
+        assert!(config_findings(&ipam, &sizing(&ipam, "pool=big:ipv4=16")).is_empty());
     }
 
     /// R08: `10.1.2.2/24` is read as 10.1.2.0/24 and reported, with an event on the Node.
@@ -376,6 +450,30 @@ mod tests {
         assert_eq!(event.kind, EventKind::Warning);
         assert!(node_findings(&ipam, &view("b", &["10.1.3.0/24"])).is_empty());
         assert!(node_findings(&ipam, &view("c", &["***HIDDEN***/25"])).is_empty());
+    }
+
+    /// R08 is about how a podCIDR is written, not its size: canonical podCIDRs of other sizes
+    /// than the default (kept under node-pool rules: a /23 and a /26 beside /24s) are no finding,
+    /// and a non-canonical /23 is reported with its own size.
+    #[test]
+    fn r08_is_independent_of_the_block_size() {
+        let ipam = config("10.1.0.0/16", "10.96.0.0/12", None);
+        for pod_cidr in ["10.1.2.0/23", "10.1.4.64/26", "10.1.5.0/24"] {
+            assert!(
+                node_findings(&ipam, &view("a", &[pod_cidr])).is_empty(),
+                "{pod_cidr}"
+            );
+        }
+        assert_eq!(
+            node_findings(&ipam, &view("b", &["10.1.3.0/23"])),
+            [Finding::NonCanonicalPodCidr {
+                node: "b".into(),
+                written: "10.1.3.0/23".to_owned(),
+                canonical: cidr("10.1.2.0/23"),
+            }]
+        );
+        let dual = config("10.1.0.0/16,fd00:1::/48", "10.96.0.0/12", None);
+        assert!(node_findings(&dual, &view("c", &["10.1.4.0/23", "fd00:1:0:10::/60"])).is_empty());
     }
 
     /// R10 and R11 on a dual-stack configuration.
@@ -412,7 +510,7 @@ mod tests {
     /// an IPv4-mapped service range counts as none.
     #[test]
     fn r13_service_range_unset_or_mapped() {
-        let findings = config_findings(&config("10.0.0.0/8", "", None));
+        let findings = range_findings(&config("10.0.0.0/8", "", None));
         assert_eq!(
             findings.first(),
             Some(&Finding::ServiceRangeUnset {
@@ -421,9 +519,9 @@ mod tests {
                 what: "kubeadm's default service subnet",
             })
         );
-        assert!(config_findings(&config("10.0.0.0/8", "10.96.0.0/12", None)).is_empty());
-        assert!(config_findings(&config("10.244.0.0/16", "", None)).is_empty());
-        let mapped = config_findings(&config("10.0.0.0/8", "::ffff:10.96.0.0/108", None));
+        assert!(range_findings(&config("10.0.0.0/8", "10.96.0.0/12", None)).is_empty());
+        assert!(range_findings(&config("10.244.0.0/16", "", None)).is_empty());
+        let mapped = range_findings(&config("10.0.0.0/8", "::ffff:10.96.0.0/108", None));
         assert!(
             matches!(mapped[0], Finding::MappedServiceCidr { .. }),
             "{mapped:?}"

@@ -227,7 +227,7 @@ pub fn ignored_lines(ignored: &[GivenIgnoredFlag]) -> Vec<String> {
 /// Diagnostic lines about the configuration alone (R05, R13, host bits), then the node-pool
 /// warnings (rules keyed on labels a kubelet may set, [`Sizing::warnings`]).
 pub fn config_diagnostic_lines(config: &IpamConfig, sizing: &Sizing) -> Vec<String> {
-    let mut lines = diagnostics::summarize(&diagnostics::config_findings(config));
+    let mut lines = diagnostics::summarize(&diagnostics::config_findings(config, sizing));
     lines.extend(sizing.warnings());
     lines
 }
@@ -239,7 +239,7 @@ pub fn diagnostic_lines(
     sizing: &Sizing,
     node_findings: &[Finding],
 ) -> Vec<String> {
-    let mut findings = diagnostics::config_findings(config);
+    let mut findings = diagnostics::config_findings(config, sizing);
     findings.extend(node_findings.iter().cloned());
     let mut lines = diagnostics::summarize(&findings);
     lines.extend(sizing.warnings());

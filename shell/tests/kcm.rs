@@ -167,7 +167,8 @@ fn azure_ccm_command_line_parses() {
         ])
     );
     // No diagnostic: 10.244.0.0/16 overlaps no well-known service range.
-    assert!(nodeipam::diagnostics::config_findings(&ipam).is_empty());
+    let sizing = nodeipam::node_pools::Sizing::range_allocator(&ipam);
+    assert!(nodeipam::diagnostics::config_findings(&ipam, &sizing).is_empty());
 }
 
 /// The kube-controller-manager beside that CCM: allocation off (the CCM allocates), feature gates,
@@ -725,6 +726,23 @@ fn diagnostics_are_plan_notes() {
         ),
         "{notes}"
     );
+    // R05 under CloudAllocator: the master's rule gives it a /80 of the /64 (served, exit 0),
+    // and the note says what a Node of the default /64 would do.
+    let (code, notes) = plan_notes(
+        "10-minikube-single-node-no-podcidr.json",
+        &[
+            "--cluster-cidr=fd00:1:2:3::/64",
+            "--cidr-allocator-type=CloudAllocator",
+            "--node-cidr-mask-size-rule=node-role.kubernetes.io/master=:ipv6=80",
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{notes}");
+    assert!(
+        notes.starts_with("note: R05: cluster CIDR fd00:1:2:3::/64 with node mask /64 holds a single block of the default size: Nodes that node-pool rules or mask labels size get blocks down to /80"),
+        "{notes}"
+    );
+    assert_eq!(notes.lines().count(), 1, "{notes}");
     // R10: the k0s Node written IPv6-first, against an IPv4-first configuration.
     let (code, notes) = plan_notes(
         "12-k0s-dualstack-ipv6-primary-partial.json",
