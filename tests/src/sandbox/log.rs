@@ -73,6 +73,8 @@ pub struct RequestRecord {
     pub body: Option<Value>,
     /// Size of the request body in bytes.
     pub body_size: usize,
+    /// `User-Agent` header (`""` without one).
+    pub user_agent: String,
     /// HTTP status of the answer (200 for a watch that started); `None` while the request is
     /// still being handled and for a request that was never answered (its client gave up or
     /// disconnected first, or the connection was dropped by a fault; a committed write may have
@@ -160,6 +162,11 @@ impl RequestLog {
         }
     }
 
+    /// Sequence number the next request gets (= requests logged since the start).
+    pub fn next_seq(&self) -> u64 {
+        self.first_seq + self.entries.len() as u64
+    }
+
     /// The records kept, in arrival order.
     pub fn records(&self) -> Vec<RequestRecord> {
         self.entries.iter().cloned().collect()
@@ -190,6 +197,7 @@ mod tests {
             field_manager: String::new(),
             body: None,
             body_size: 0,
+            user_agent: String::new(),
             status: None,
             late_write: None,
         }

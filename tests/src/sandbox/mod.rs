@@ -14,11 +14,15 @@
 //!   PATCH carrying another uid), Node podCIDR rules, finalizers; no-op writes keep their
 //!   resourceVersion; strategic / merge / JSON patches and server-side apply with field ownership
 //!   (enough for kube-lease-manager);
+//! - request deadlines as `WithRequestDeadline` sets them (the `timeout` query parameter, else
+//!   60 s; WATCH exempt): nothing is run or committed past a request's deadline, however a fault
+//!   holds it ([`deadline`]);
 //! - faults ([`FaultAction`]): errors, 429, hangs, delays, commit-then-fail and late writes
 //!   (committed after the client got a timeout or lost its connection); dropped watches.
 //!
-//! For tests it offers the request log (every request, logged on arrival, a bounded ring:
-//! [`SandboxHandle::requests`]), a commit observer that sees every committed write in order
+//! For tests it offers the request log (every request, logged on arrival with its `User-Agent`,
+//! a bounded ring: [`SandboxHandle::requests`]), what is still in flight
+//! ([`SandboxHandle::in_flight`]), a commit observer that sees every committed write in order
 //! ([`SandboxHandle::on_commit`]), Node counters ([`SandboxHandle::summary`]) and direct
 //! mutations. Objects are stored serialized once and shared ([`object`]), so 50,000 real Nodes
 //! ([`Replicas`]) fit comfortably. The `sandbox-apiserver` binary runs it as a process with the
@@ -36,6 +40,7 @@
 //! ```
 
 pub mod conn;
+pub mod deadline;
 pub mod faults;
 pub mod fields;
 pub mod list;
@@ -68,7 +73,7 @@ pub use faults::{FaultAction, FaultRule, LateAnswer};
 pub use log::{LateWriteOutcome, RequestRecord};
 pub use replicate::Replicas;
 pub use resource::{Resource, Verb};
-pub use server::Summary;
+pub use server::{InFlight, Summary};
 pub use status::{ApiError, Cause};
 pub use store::{ChangeType, Commit, CommitObserver, Key, NodeStats};
 pub use write::PatchType;
@@ -224,6 +229,7 @@ impl Sandbox {
             admin: options.admin_endpoints,
             stats: Stats::default(),
             watch_list: options.watch_list,
+            in_flight: Default::default(),
         });
         let app = axum::Router::new()
             .fallback(server::handle)
@@ -346,6 +352,13 @@ impl SandboxHandle {
     /// The summary `GET /sandbox/summary` answers (counts only, no Node is read).
     pub fn summary(&self) -> Summary {
         self.shared.summary()
+    }
+
+    /// Requests still being handled (every verb but WATCH, including those held by a delay or a
+    /// fault) and late writes not yet tried: when both are zero and no client sends anything,
+    /// nothing can change the store any more.
+    pub fn in_flight(&self) -> InFlight {
+        self.shared.in_flight.get()
     }
 
     /// Node counters (number of Nodes, Nodes with podCIDRs), without reading the Nodes.
@@ -553,6 +566,13 @@ impl SandboxHandle {
     /// [`FaultAction::CommitThenHang`]).
     pub fn requests(&self) -> Vec<RequestRecord> {
         self.shared.log().records()
+    }
+
+    /// Requests received so far (the sequence number the next one gets; a record's position in
+    /// [`Self::requests`] is its sequence number as long as the log was neither cleared nor
+    /// wrapped).
+    pub fn requests_received(&self) -> u64 {
+        self.shared.log().next_seq()
     }
 
     /// Logged requests with this verb on this resource (see [`SandboxHandle::requests`]).

@@ -1,7 +1,7 @@
 //! HTTP front end: routing, request log, fault injection, and the admin endpoints.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -14,6 +14,7 @@ use tokio::sync::watch as tokio_watch;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::conn::ConnHandle;
+use super::deadline::{self, DEFAULT_REQUEST_TIMEOUT_MAXIMUM};
 use super::faults::{self, FaultAction, FaultRule, LateAnswer};
 use super::log::{LateWriteOutcome, RequestLog, RequestRecord};
 use super::negotiate;
@@ -54,6 +55,60 @@ pub struct Shared {
     pub stats: Stats,
     /// Whether the WatchList feature is on (streaming lists; see [`super::options`]).
     pub watch_list: bool,
+    /// Resource requests other than WATCH whose handling has not finished (answered, or
+    /// abandoned by their client), and late writes not run yet.
+    pub in_flight: InFlightCounters,
+}
+
+/// What may still change the store on behalf of a request (see [`InFlight`]).
+#[derive(Debug, Default)]
+pub struct InFlightCounters {
+    requests: Arc<AtomicUsize>,
+    late_writes: Arc<AtomicUsize>,
+}
+
+/// Requests the sandbox is still working on ([`super::SandboxHandle::in_flight`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InFlight {
+    /// Resource requests other than WATCH that are still being handled (held by a delay or a
+    /// fault, or running).
+    pub requests: usize,
+    /// Late writes ([`FaultAction::LateWrite`]) whose commit has not been tried yet.
+    pub late_writes: usize,
+}
+
+impl InFlight {
+    /// Nothing in flight: no request can change the store any more.
+    pub fn is_idle(&self) -> bool {
+        self.requests == 0 && self.late_writes == 0
+    }
+}
+
+impl InFlightCounters {
+    /// The counts now.
+    pub fn get(&self) -> InFlight {
+        InFlight {
+            requests: self.requests.load(Ordering::SeqCst),
+            late_writes: self.late_writes.load(Ordering::SeqCst),
+        }
+    }
+}
+
+/// Counts one request (or late write) while it lives: decremented on drop, so a handler future
+/// cancelled by its client's disconnect is counted out too.
+struct Counted(Arc<AtomicUsize>);
+
+impl Counted {
+    fn new(counter: &Arc<AtomicUsize>) -> Self {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Counted(Arc::clone(counter))
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Counters of Node requests (for `GET /sandbox/summary`), counted when a request is received.
@@ -264,6 +319,7 @@ pub async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response
             Err(_) => None,
         },
         body_size: bytes.as_ref().map_or(0, |b| b.len()),
+        user_agent: user_agent.to_owned(),
         status: None,
         late_write: None,
     };
@@ -305,6 +361,7 @@ pub async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response
     // Log the request now: if the client gives up while it is delayed or held by a fault, the
     // connection drops and this future is cancelled, and the record stays without a status.
     let arrival = tokio::time::Instant::now();
+    let _counted = (verb != Verb::Watch).then(|| Counted::new(&shared.in_flight.requests));
     let seq = shared.log().received(rec);
     let call = Call {
         verb,
@@ -366,15 +423,37 @@ pub fn timeout_filter_response() -> Response {
 }
 
 /// Run `call` at `at` on its own task (it survives the client's disconnect) and record the
-/// outcome in the log entry `seq`.
-fn spawn_late_commit(shared: &Arc<Shared>, call: Call, seq: u64, at: tokio::time::Instant) {
+/// outcome in the log entry `seq`. Past the request's `deadline` it is not run: the outcome is a
+/// 504 Timeout failure, as kube-apiserver's handler gives up then.
+fn spawn_late_commit(
+    shared: &Arc<Shared>,
+    call: Call,
+    seq: u64,
+    at: tokio::time::Instant,
+    deadline: Option<tokio::time::Instant>,
+) {
     shared.log().late_write(seq, LateWriteOutcome::Pending);
+    // Counted out however the task ends (run, shutdown, or the runtime dropping it).
+    let counted = Counted::new(&shared.in_flight.late_writes);
     let shared = Arc::clone(shared);
     tokio::spawn(async move {
+        let _counted = counted;
         let mut shutdown = shared.shutdown_tx.subscribe();
         tokio::select! {
             _ = tokio::time::sleep_until(at) => {}
             _ = shutdown.wait_for(|s| *s) => return,
+        }
+        if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+            shared.log().late_write(
+                seq,
+                LateWriteOutcome::Failed {
+                    code: 504,
+                    reason: "Timeout".to_owned(),
+                    message: "the request's deadline passed before the write was committed"
+                        .to_owned(),
+                },
+            );
+            return;
         }
         let outcome = match call.dispatch(&shared) {
             Ok(Reply::Object(_, o)) => LateWriteOutcome::Committed {
@@ -403,6 +482,18 @@ async fn respond(
     conn: Option<&ConnHandle>,
 ) -> Answer {
     let target = &call.target;
+    // Long-running requests (WATCH) have no deadline (`WithRequestDeadline` skips them).
+    let deadline = if call.verb == Verb::Watch {
+        None
+    } else {
+        match deadline::request_timeout(
+            call.q.get("timeout").map(String::as_str),
+            DEFAULT_REQUEST_TIMEOUT_MAXIMUM,
+        ) {
+            Ok(timeout) => Some(arrival + timeout),
+            Err(message) => return Answer::Sent(error_response(&ApiError::bad_request(message))),
+        }
+    };
     let fault = {
         let mut rules = shared.faults.lock().unwrap_or_else(PoisonError::into_inner);
         faults::take(
@@ -417,7 +508,7 @@ async fn respond(
         answer,
     }) = &fault
     {
-        spawn_late_commit(shared, call.clone(), seq, arrival + *commit_after);
+        spawn_late_commit(shared, call.clone(), seq, arrival + *commit_after, deadline);
         return match (answer, conn) {
             (LateAnswer::DropConnection, Some(conn)) => {
                 conn.kill();
@@ -452,6 +543,10 @@ async fn respond(
     };
     if let Some(resp) = early {
         return Answer::Sent(resp);
+    }
+    // Held past its deadline: kube-apiserver's handler has given up; nothing is run.
+    if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+        return Answer::Sent(timeout_filter_response());
     }
 
     let result = call.dispatch(shared);
