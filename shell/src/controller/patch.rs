@@ -48,6 +48,20 @@ pub async fn patch_pod_cidrs(
     }
 }
 
+/// The `timeout` query value for a request the client gives up on after `request_timeout`: whole
+/// seconds as `10s`, anything else in milliseconds (`500ms`, `1500ms`; kube-apiserver reads it
+/// with Go's `time.ParseDuration`, `endpoints/filters/request_deadline.go` `parseTimeout`). Never
+/// longer than `request_timeout` (sub-millisecond parts are dropped; at least `1ms`), so the server
+/// gives up no later than the client and the write fences that count on it. (Rounding a
+/// sub-second timeout up to `1s` let a write land after a restarted controller's start-up fence.)
+fn server_timeout(request_timeout: Duration) -> String {
+    if request_timeout.subsec_nanos() == 0 && request_timeout.as_secs() > 0 {
+        format!("{}s", request_timeout.as_secs())
+    } else {
+        format!("{}ms", request_timeout.as_millis().max(1))
+    }
+}
+
 fn build_request(
     field_manager: &str,
     name: &str,
@@ -65,8 +79,8 @@ fn build_request(
     // kube-core's query builder starts every query with `?&`; send a clean one.
     let uri = parts.uri.to_string().replacen("?&", "?", 1);
     let separator = if uri.contains('?') { '&' } else { '?' };
-    let seconds = request_timeout.as_secs().max(1);
-    parts.uri = format!("{uri}{separator}timeout={seconds}s")
+    let timeout = server_timeout(request_timeout);
+    parts.uri = format!("{uri}{separator}timeout={timeout}")
         .parse()
         .map_err(|e: http::uri::InvalidUri| e.to_string())?;
     Ok(http::Request::from_parts(parts, body))
@@ -288,5 +302,30 @@ mod tests {
             sent,
             serde_json::json!({"metadata":{"uid":"uid-1"},"spec":{"podCIDR":"10.0.0.0/24","podCIDRs":["10.0.0.0/24"]}})
         );
+    }
+
+    /// Found by the chaos suite: a 500 ms request timeout was sent as `timeout=1s`, so the server
+    /// could apply a write half a second after the client (and a restarted controller's start-up
+    /// fence) had given up on it.
+    #[test]
+    fn the_server_is_never_given_longer_than_the_client_waits() {
+        let body = crate::reconcile::pod_cidrs_patch(
+            &[nodeipam_core::Cidr::parse("10.0.0.0/24").expect("cidr")],
+            Some("uid-1"),
+        );
+        for (timeout, query) in [
+            (Duration::from_millis(500), "timeout=500ms"),
+            (Duration::from_millis(1500), "timeout=1500ms"),
+            (Duration::from_secs(1), "timeout=1s"),
+            (Duration::from_secs(10), "timeout=10s"),
+            (Duration::from_micros(1500), "timeout=1ms"),
+        ] {
+            let request = build_request("m", "n", &body, timeout).expect("builds");
+            assert!(
+                request.uri().to_string().ends_with(&format!("&{query}")),
+                "{timeout:?}: {}",
+                request.uri()
+            );
+        }
     }
 }
