@@ -14,8 +14,8 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    WAIT, events_with_reason, fast_config, init_tracing, ipam, masks, node_like, node_patches,
-    pod_cidrs, spawn, unserved,
+    WAIT, check_end_state, events_with_reason, fast_config, init_tracing, ipam, masks, node_like,
+    node_patches, pod_cidrs, spawn, unserved,
 };
 use nodeipam::reasons;
 use nodeipam_tests::monitor::OverlapMonitor;
@@ -218,5 +218,78 @@ async fn late_write_cannot_land_on_a_recreated_node_of_the_same_name() {
     monitor.assert_clean();
     // The old object's block went back to the pool; the new object holds exactly one.
     assert_eq!(summary.pools[0].used, 2, "{summary:?}");
+    sb.shutdown().await;
+}
+
+/// A controller is killed (`kill -9`: its task aborted) while its PATCH of LATE is held by the
+/// server, which applies it 1.5 s after it arrived — within its deadline (`timeout=2s`). A second
+/// controller starts at once, without leader election, so it waits one request timeout (2 s)
+/// before it writes. Found by the chaos suite (seed 2): the second controller listed the Nodes at
+/// once, saw LATE without podCIDRs, and reserved LATE's block for another Node (`another` comes
+/// first in the queue); when the late write landed before the fence, the block was already the
+/// other Node's, and it was PATCHed there after the fence: two Nodes with one CIDR. Now nothing is
+/// listed (so nothing is allocated) before the fence.
+#[tokio::test]
+async fn a_restarted_controller_does_not_allocate_before_its_start_up_fence() {
+    init_tracing();
+    let sb = Sandbox::start(sandbox_nodes(&[LATE])).await;
+    let monitor = OverlapMonitor::attach(&sb);
+    let ipam = ipam("10.30.0.0/22", "", masks(None, None, None));
+    let mut config = fast_config(ipam.clone());
+    config.request_timeout = Duration::from_secs(2);
+    sb.inject(
+        FaultRule::new(
+            Verb::Patch,
+            Resource::Nodes,
+            1,
+            FaultAction::LateWrite {
+                commit_after: Duration::from_millis(1500),
+                answer: LateAnswer::DropConnection,
+            },
+        )
+        .named(LATE),
+    );
+    // Its re-sends hang until the kill, so LATE still has no podCIDRs then.
+    sb.inject(
+        FaultRule::new(
+            Verb::Patch,
+            Resource::Nodes,
+            1000,
+            FaultAction::Hang(Duration::from_secs(10)),
+        )
+        .named(LATE),
+    );
+    let first = spawn(&sb, config.clone());
+    assert!(
+        sb.wait_until(WAIT, |sb| late_write_outcomes(sb, LATE).len() >= 2)
+            .await,
+        "the first controller never sent its PATCH twice"
+    );
+    first.abort().await;
+    sb.clear_faults();
+    assert!(pod_cidrs(&sb, LATE).is_empty());
+    // A Node that sorts before LATE, so the second controller reconciles it first.
+    let template = fixture(AWS)["items"][1].clone();
+    sb.create_node(node_like(&template, "another")).unwrap();
+    // As `ControllerConfig::from_flags` does without leader election.
+    config.startup_write_fence = config.request_timeout;
+    let second = spawn(&sb, config);
+    assert!(
+        sb.wait_until(WAIT, |sb| {
+            !pod_cidrs(sb, LATE).is_empty() && !pod_cidrs(sb, "another").is_empty()
+        })
+        .await,
+        "LATE {:?}, another {:?}",
+        pod_cidrs(&sb, LATE),
+        pod_cidrs(&sb, "another")
+    );
+    let summary = second.stop().await;
+    monitor.assert_clean();
+    assert_eq!(
+        pod_cidrs(&sb, LATE),
+        ["10.30.1.0/24"],
+        "the late write landed"
+    );
+    check_end_state(&sb, &ipam, &[], &summary);
     sb.shutdown().await;
 }

@@ -112,9 +112,10 @@ pub struct ControllerConfig {
     /// How the informer gets its initial state (default: streaming list, falling back to a paged
     /// LIST).
     pub initial_list: InitialList,
-    /// Without leader election: no write starts until this long after start-up, so a write the
-    /// previous process left in flight has passed its server-side deadline first (default 0 in
-    /// [`ControllerConfig::new`]; the request timeout when built from flags).
+    /// Without leader election: nothing is listed, allocated or written until this long after
+    /// start-up, so a write the previous process left in flight has passed its server-side
+    /// deadline first (default 0 in [`ControllerConfig::new`]; the request timeout when built
+    /// from flags).
     pub startup_write_fence: Duration,
 }
 

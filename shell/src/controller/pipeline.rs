@@ -27,6 +27,21 @@ pub(super) async fn run(
     let cache = Arc::new(NodeCache::with_label_keys(&allocator.sizing().label_keys()));
     let allocator = Arc::new(Mutex::new(allocator));
     let health = config.health.clone();
+    // The start-up write fence holds back the first list too: a write the previous process left
+    // in flight may land until then, and a list taken earlier would show its block free — which
+    // the allocator could reserve for another Node at once and PATCH there once the fence opens.
+    // A list taken after the fence shows every such write that will ever land. (Found by the
+    // chaos suite.)
+    if tokio::time::Instant::now() < write_gate.not_before {
+        tokio::select! {
+            biased;
+            () = super::stopped(&mut stop) => {
+                let allocator = allocator.lock().unwrap_or_else(PoisonError::into_inner);
+                return Ok(RunSummary { pools: allocator.pool_stats(), held: Default::default() });
+            }
+            () = tokio::time::sleep_until(write_gate.not_before) => {}
+        }
+    }
     let queue = Arc::new(WorkQueue::new());
     let (synced_tx, mut synced) = watch::channel(SyncState::default());
     let (broken_tx, mut broken) = watch::channel::<Option<String>>(None);

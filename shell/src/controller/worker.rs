@@ -32,7 +32,8 @@ use crate::{Error, metric_names, metrics as m};
 /// - Not before `not_before`: after a restart without leader election, a write the previous
 ///   process sent just before it died may still be applied by the API server until that write's
 ///   own deadline (`timeout=` = the request timeout) has passed; allocating from a pool that
-///   believes that block free could give it to a second Node.
+///   believes that block free could give it to a second Node. So the first list, and with it
+///   every allocation, waits for this instant as well (`pipeline::run`).
 /// - With leader election, only while the Lease is surely ours for longer than a whole write
 ///   ([`Leadership::may_start_write`]): a standby can acquire the Lease only after that, and by
 ///   then every write this leader started has been given up (client side, and server side through

@@ -116,6 +116,13 @@ impl Running {
         }
     }
 
+    /// `kill -9`: the task is aborted (every future dropped at once: in-flight requests are cut,
+    /// nothing is released) and reaped.
+    pub async fn abort(self) {
+        self.task.abort();
+        let _ = self.task.await;
+    }
+
     /// Signals shutdown and returns the final summary (bounded).
     pub async fn stop(self) -> RunSummary {
         let _ = self.stop.send(());
