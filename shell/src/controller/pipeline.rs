@@ -147,22 +147,39 @@ pub(super) async fn run(
         () = super::stopped(&mut stop) => Ok(()),
         joined = &mut informer_task => {
             informer_done = true;
-            Err(("the Node informer", joined_reason(joined)))
+            Err(Ended::Informer(joined))
         }
         joined = &mut dispatcher => {
             dispatcher_done = true;
-            Err(("the workers", match joined {
+            Err(Ended::Dispatcher(joined))
+        }
+        why = broken.wait_for(Option::is_some) => {
+            Err(Ended::Failed("the Kubernetes client", why.ok().and_then(|w| w.clone()).unwrap_or_default()))
+        }
+        why = panicked.wait_for(Option::is_some) => {
+            Err(Ended::Failed("a task", format!("panicked: {}", why.ok().and_then(|w| w.clone()).unwrap_or_default())))
+        }
+    };
+    // The informer and the dispatcher also end on `stop`, and on a multi-threaded runtime the
+    // stop can reach them (and they can end) between the select's poll of `stopped` and its poll
+    // of their handles: such an ending is the clean shutdown, not a failure. (Found by the chaos
+    // suite: a clean shutdown reported "the Node informer stopped unexpectedly: returned ()".)
+    let stop_requested = *stop.borrow();
+    let client_broken = broken.borrow().is_some();
+    let outcome = match outcome {
+        Ok(()) => Ok(()),
+        Err(Ended::Informer(Ok(()))) if stop_requested && !client_broken => Ok(()),
+        Err(Ended::Informer(joined)) => Err(("the Node informer", joined_reason(joined))),
+        Err(Ended::Dispatcher(Ok(Ok(())))) if stop_requested => Ok(()),
+        Err(Ended::Dispatcher(joined)) => Err((
+            "the workers",
+            match joined {
                 Ok(Ok(())) => "stopped".to_owned(),
                 Ok(Err(e)) => e.to_string(),
                 Err(e) => e.to_string(),
-            }))
-        }
-        why = broken.wait_for(Option::is_some) => {
-            Err(("the Kubernetes client", why.ok().and_then(|w| w.clone()).unwrap_or_default()))
-        }
-        why = panicked.wait_for(Option::is_some) => {
-            Err(("a task", format!("panicked: {}", why.ok().and_then(|w| w.clone()).unwrap_or_default())))
-        }
+            },
+        )),
+        Err(Ended::Failed(task, reason)) => Err((task, reason)),
     };
     // Stop taking work; let the in-flight writes finish (each bounded by the request timeout).
     queue.shut_down();
@@ -181,6 +198,16 @@ pub(super) async fn run(
         Ok(()) => Ok(summary(&allocator)),
         Err((task, reason)) => Err(task_failed(&health, task, reason)),
     }
+}
+
+/// Which long-lived task ended an allocating term first (see `run`).
+enum Ended {
+    /// The informer's task ended.
+    Informer(Result<(), tokio::task::JoinError>),
+    /// The dispatcher's task ended.
+    Dispatcher(Result<Result<(), Error>, tokio::task::JoinError>),
+    /// The client broke or a task panicked: which, and why.
+    Failed(&'static str, String),
 }
 
 fn joined_reason<T: std::fmt::Debug>(joined: Result<T, tokio::task::JoinError>) -> String {
