@@ -1,0 +1,942 @@
+//! Runs a [`Plan`]: a sandbox with the plan's initial Nodes, the monitors attached before
+//! anything happens, the controller replicas in-process, the schedule, then the end phase
+//! (faults cleared, controllers running, everything settled), the last controller stopped and
+//! every check.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::time::Duration;
+
+use axum::http::HeaderValue;
+use axum::http::header::USER_AGENT;
+use ipnet::IpNet;
+use nodeipam::controller::{ControllerConfig, Health, RunSummary};
+use nodeipam_core::IpamConfig;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::checks::{AllocationMonitor, check_patches, pool_usage};
+use super::plan::{Action, CHURN_LABEL, FINALIZER, NodeSpec, Plan, block, block_count, templates};
+use crate::invariants::{ClusterSpec, ControllerView, check, name_of, pod_cidrs_of};
+use crate::monitor::OverlapMonitor;
+use crate::sandbox::{FaultRule, PatchType, Replicas, Sandbox, SandboxHandle, SandboxOptions};
+
+/// How long the end phase may take to settle (debug build, shared cores: generous).
+pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// How long a clean stop may take (in-flight writes are bounded by the request timeout).
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// A replica that exited after losing the Lease is replaced this much later (a pod restart).
+const RESPAWN_DELAY: Duration = Duration::from_millis(200);
+
+/// What a seed that passed did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SeedReport {
+    /// The seed.
+    pub seed: u64,
+    /// Nodes created over the run.
+    pub nodes_created: usize,
+    /// Nodes at the end.
+    pub nodes_at_end: usize,
+    /// Nodes with podCIDRs at the end.
+    pub served: usize,
+    /// Nodes that could not be served at the end (foreign podCIDRs; waiting for a block).
+    pub unservable: usize,
+    /// Node writes the overlap monitor checked.
+    pub commits_checked: u64,
+    /// podCIDR assignments the allocation monitor checked.
+    pub allocations: u64,
+    /// Node PATCHes in the request log.
+    pub patches: usize,
+    /// Late writes the sandbox ran (committed or refused).
+    pub late_writes: usize,
+    /// Fault rules added.
+    pub faults: usize,
+    /// Controller processes started.
+    pub starts: u32,
+    /// Controllers killed (`kill -9`).
+    pub kills: u32,
+    /// Wall time, ms.
+    pub elapsed_ms: u128,
+    /// Wall time of the end phase (faults cleared → settled), ms.
+    pub settle_ms: u128,
+    /// What the driver did and saw (as in a [`SeedFailure`]).
+    pub log: Vec<String>,
+}
+
+impl fmt::Display for SeedReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "seed {} ok: {} Nodes created, {} at the end ({} served, {} unservable), {} commits \
+             checked ({} assignments), {} PATCHes, {} late writes, {} fault rules, {} starts, \
+             {} kills, {} ms ({} ms to settle)",
+            self.seed,
+            self.nodes_created,
+            self.nodes_at_end,
+            self.served,
+            self.unservable,
+            self.commits_checked,
+            self.allocations,
+            self.patches,
+            self.late_writes,
+            self.faults,
+            self.starts,
+            self.kills,
+            self.elapsed_ms,
+            self.settle_ms
+        )
+    }
+}
+
+/// A seed that failed: what was violated, the plan (to see the schedule) and the run log.
+#[derive(Debug, Clone)]
+pub struct SeedFailure {
+    /// The seed.
+    pub seed: u64,
+    /// Every violation, in the order found.
+    pub violations: Vec<String>,
+    /// The plan, printed.
+    pub plan: String,
+    /// What the driver did and saw, with times since the start (ms).
+    pub log: Vec<String>,
+}
+
+impl fmt::Display for SeedFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "chaos seed {} FAILED with {} violation(s); reproduce with\n  CHAOS_SEED={} cargo test -p nodeipam-tests --test chaos fixed_seeds -- --nocapture",
+            self.seed,
+            self.violations.len(),
+            self.seed
+        )?;
+        for v in self.violations.iter().take(50) {
+            writeln!(f, "  - {v}")?;
+        }
+        if self.violations.len() > 50 {
+            writeln!(f, "  … and {} more", self.violations.len() - 50)?;
+        }
+        writeln!(f, "plan:\n{}", self.plan)?;
+        writeln!(f, "run log:")?;
+        for line in &self.log {
+            writeln!(f, "  {line}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Generates the plan of `seed` and runs it.
+///
+/// # Errors
+/// [`SeedFailure`] with every violation found.
+pub async fn run_seed(seed: u64) -> Result<SeedReport, SeedFailure> {
+    run_plan(&Plan::generate(seed)).await
+}
+
+/// A controller process (`run()` on its own task).
+struct Replica {
+    id: u32,
+    health: Health,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Result<RunSummary, nodeipam::Error>>,
+}
+
+struct Driver<'p> {
+    plan: &'p Plan,
+    sb: SandboxHandle,
+    ipam: IpamConfig,
+    spec: ClusterSpec,
+    replicas: Vec<Replica>,
+    next_id: u32,
+    started: Instant,
+    log: Vec<String>,
+    violations: Vec<String>,
+    respawn_at: Option<Instant>,
+    report: SeedReport,
+    /// The last oracle count, reused while the store has not changed.
+    oracle: Option<OracleCount>,
+}
+
+/// What the oracle counted at one resourceVersion.
+struct OracleCount {
+    resource_version: u64,
+    /// `(used, capacity)` per cluster CIDR ([`pool_usage`]).
+    usage: Vec<(u64, u128)>,
+    /// Up to 10 Nodes without podCIDRs.
+    unserved: Vec<String>,
+}
+
+/// The checker's view of the configuration.
+fn cluster_spec(ipam: &IpamConfig) -> ClusterSpec {
+    let clusters: Vec<(String, u8)> = ipam
+        .cluster_cidrs
+        .iter()
+        .map(|c| (c.cluster_cidr.to_string(), c.node_mask_size))
+        .collect();
+    let services: Vec<String> = ipam.service_cidrs.iter().map(ToString::to_string).collect();
+    let clusters: Vec<(&str, u8)> = clusters.iter().map(|(c, m)| (c.as_str(), *m)).collect();
+    let services: Vec<&str> = services.iter().map(String::as_str).collect();
+    ClusterSpec::new(&clusters, &services)
+}
+
+/// The checker's view of a run summary.
+fn controller_view(summary: &RunSummary) -> ControllerView {
+    ControllerView {
+        used: summary
+            .pools
+            .iter()
+            .map(|p| (p.cluster_cidr.to_string(), u64::from(p.used)))
+            .collect(),
+        held: summary
+            .held
+            .iter()
+            .map(|(n, c)| (n.clone(), c.iter().map(ToString::to_string).collect()))
+            .collect(),
+    }
+}
+
+/// The Node the actor creates for `spec`: a copy of its real template, renamed (see
+/// [`Replicas::node`]), with the spec's podCIDRs and finalizer.
+///
+/// # Panics
+/// If `spec.template` is not an index into [`templates`].
+pub fn build_node(spec: &NodeSpec) -> Value {
+    let template = &templates()[spec.template];
+    let (prefix, index) = match spec.name.rsplit_once('-') {
+        Some((p, i)) if i.bytes().all(|b| b.is_ascii_digit()) && !i.is_empty() => {
+            (p.to_owned(), i.parse::<usize>().unwrap_or(0))
+        }
+        _ => (spec.name.clone(), 0),
+    };
+    let mut node = Replicas {
+        template: template.node.clone(),
+        prefix,
+        count: index + 1,
+    }
+    .node(index);
+    node["metadata"]["name"] = json!(spec.name);
+    if !spec.pod_cidrs.is_empty() {
+        node["spec"]["podCIDR"] = json!(spec.pod_cidrs[0]);
+        node["spec"]["podCIDRs"] = json!(spec.pod_cidrs);
+    }
+    if spec.finalizer {
+        node["metadata"]["finalizers"] = json!([FINALIZER]);
+    }
+    node
+}
+
+/// A client as the controller builds it for `--master` (no retries, its User-Agent), with the
+/// replica's identity appended to the User-Agent so the request log tells processes apart.
+fn replica_client(url: &str, identity: &str) -> kube::Client {
+    let mut config = match nodeipam::controller::client::config_for_url(url) {
+        Ok(c) => c,
+        Err(e) => panic!("client config for the sandbox: {e}"),
+    };
+    let agent = format!(
+        "{} {identity}",
+        nodeipam::controller::client::USER_AGENT_VALUE
+    );
+    config.headers.retain(|(name, _)| name != USER_AGENT);
+    match HeaderValue::from_str(&agent) {
+        Ok(v) => config.headers.push((USER_AGENT, v)),
+        Err(e) => panic!("user agent {agent:?}: {e}"),
+    }
+    match kube::Client::try_from(config) {
+        Ok(c) => c,
+        Err(e) => panic!("kube client for the sandbox: {e}"),
+    }
+}
+
+fn is_leadership_error(e: &nodeipam::Error) -> bool {
+    matches!(
+        e,
+        nodeipam::Error::LeadershipLost | nodeipam::Error::LeaderElection(_)
+    )
+}
+
+/// Runs `plan` (see the module doc).
+///
+/// # Errors
+/// [`SeedFailure`] with every violation found.
+pub async fn run_plan(plan: &Plan) -> Result<SeedReport, SeedFailure> {
+    let network = plan.network();
+    let ipam = network.ipam();
+    let spec = cluster_spec(&ipam);
+    let items: Vec<Value> = plan.initial.iter().map(build_node).collect();
+    let options = SandboxOptions {
+        history_limit: plan.history_limit,
+        watch_list: plan.streaming_list,
+        request_log_limit: 1_000_000,
+        bookmark_interval: Duration::from_secs(1),
+        ..SandboxOptions::default()
+    };
+    let sb = match Sandbox::try_start(
+        json!({"kind": "NodeList", "apiVersion": "v1", "items": items}),
+        options,
+    )
+    .await
+    {
+        Ok(sb) => sb,
+        Err(e) => {
+            return Err(SeedFailure {
+                seed: plan.seed,
+                violations: vec![format!("the sandbox did not start: {e}")],
+                plan: plan.to_string(),
+                log: Vec::new(),
+            });
+        }
+    };
+    let overlap = OverlapMonitor::attach(&sb);
+    let allocation = AllocationMonitor::attach(&sb, spec.clone());
+    let mut driver = Driver {
+        plan,
+        sb,
+        ipam,
+        spec,
+        replicas: Vec::new(),
+        next_id: 1,
+        started: Instant::now(),
+        log: Vec::new(),
+        violations: Vec::new(),
+        respawn_at: None,
+        oracle: None,
+        report: SeedReport {
+            seed: plan.seed,
+            nodes_created: plan.nodes_created(),
+            ..SeedReport::default()
+        },
+    };
+    driver.start_replicas();
+    for (index, step) in plan.steps.iter().enumerate() {
+        driver.pause(step.gap).await;
+        driver.apply(index, &step.action).await;
+    }
+    let summary = driver.settle_and_stop().await;
+    driver.final_checks(summary.as_ref(), &overlap, &allocation);
+    overlap.detach(&driver.sb);
+    allocation.detach(&driver.sb);
+    driver.sb.shutdown().await;
+    driver.report.elapsed_ms = driver.started.elapsed().as_millis();
+    if driver.violations.is_empty() {
+        driver.report.log = driver.log;
+        Ok(driver.report)
+    } else {
+        Err(SeedFailure {
+            seed: plan.seed,
+            violations: driver.violations,
+            plan: plan.to_string(),
+            log: driver.log,
+        })
+    }
+}
+
+impl Driver<'_> {
+    fn note(&mut self, text: impl Into<String>) {
+        let ms = self.started.elapsed().as_secs_f64() * 1000.0;
+        self.log.push(format!("[{ms:>8.1} ms] {}", text.into()));
+    }
+
+    /// A violation seen while running (also noted in the log, where its time is visible).
+    fn violation(&mut self, text: impl Into<String>) {
+        let text = text.into();
+        self.note(format!("VIOLATION: {text}"));
+        self.violations.push(text);
+    }
+
+    fn spawn_replica(&mut self) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let identity = format!("chaos-replica-{id}");
+        let mut config = ControllerConfig::new(self.ipam.clone());
+        config.kube_api_qps = self.plan.kube_api_qps;
+        config.kube_api_burst = self.plan.kube_api_burst;
+        config.retry_min_delay = self.plan.retry_min_delay;
+        config.retry_max_delay = self.plan.retry_max_delay;
+        config.request_timeout = self.plan.request_timeout;
+        config.workers = self.plan.workers;
+        config.instance = Some(identity.clone());
+        config.leader_election = self.plan.leader_election(&identity);
+        if config.leader_election.is_none() {
+            // As `ControllerConfig::from_flags` does without leader election.
+            config.startup_write_fence = config.request_timeout;
+        }
+        let health = config.health.clone();
+        let client = replica_client(&self.sb.url(), &identity);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(nodeipam::controller::run(config, client, async move {
+            let _ = stopped.await;
+        }));
+        self.report.starts += 1;
+        let seq = self.sb.requests_received();
+        self.note(format!("started {identity} (request #{seq} next)"));
+        self.replicas.push(Replica {
+            id,
+            health,
+            stop: Some(stop),
+            task,
+        });
+    }
+
+    fn start_replicas(&mut self) {
+        while self.replicas.len() < self.plan.replicas {
+            self.spawn_replica();
+        }
+        self.respawn_at = None;
+    }
+
+    /// Reaps replicas that ended on their own; with leader election a replica that lost the
+    /// Lease is expected to exit (and is replaced, as its pod would be restarted).
+    async fn supervise(&mut self) {
+        let mut i = 0;
+        while i < self.replicas.len() {
+            if !self.replicas[i].task.is_finished() {
+                i += 1;
+                continue;
+            }
+            let replica = self.replicas.remove(i);
+            let joined = replica.task.await;
+            let id = replica.id;
+            match joined {
+                Ok(Err(e)) if self.plan.replicas > 1 && is_leadership_error(&e) => {
+                    self.note(format!("chaos-replica-{id} exited: {e}"));
+                }
+                Ok(Err(e)) => self.violation(format!("chaos-replica-{id} failed: {e}")),
+                Ok(Ok(_)) => {
+                    self.violation(format!("chaos-replica-{id} returned without being stopped"));
+                }
+                Err(e) => self.violation(format!("chaos-replica-{id} panicked: {e}")),
+            }
+            self.respawn_at
+                .get_or_insert_with(|| Instant::now() + RESPAWN_DELAY);
+        }
+        if self.respawn_at.is_some_and(|at| Instant::now() >= at) {
+            self.start_replicas();
+        }
+    }
+
+    /// Waits `d`, reaping replicas meanwhile.
+    async fn pause(&mut self, d: Duration) {
+        let until = Instant::now() + d;
+        loop {
+            self.supervise().await;
+            let now = Instant::now();
+            if now >= until {
+                return;
+            }
+            tokio::time::sleep((until - now).min(Duration::from_millis(20))).await;
+        }
+    }
+
+    fn leader_index(&self) -> Option<usize> {
+        self.replicas
+            .iter()
+            .position(|r| r.health.is_leading() && !r.task.is_finished())
+    }
+
+    /// `kill -9`: the task is aborted (every future dropped at once), then reaped.
+    async fn kill(&mut self, why: &str) {
+        let Some(index) = self
+            .leader_index()
+            .or((!self.replicas.is_empty()).then_some(0))
+        else {
+            self.note("kill: no controller is running");
+            return;
+        };
+        let replica = self.replicas.remove(index);
+        let leading = replica.health.is_leading();
+        replica.task.abort();
+        match replica.task.await {
+            Err(e) if e.is_cancelled() => {}
+            Err(e) => self.violation(format!("chaos-replica-{} panicked: {e}", replica.id)),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) if self.plan.replicas > 1 && is_leadership_error(&e) => {}
+            Ok(Err(e)) => self.violation(format!("chaos-replica-{} failed: {e}", replica.id)),
+        }
+        self.report.kills += 1;
+        let seq = self.sb.requests_received();
+        self.note(format!(
+            "killed chaos-replica-{} ({}){why} (request #{seq} next)",
+            replica.id,
+            if leading { "leading" } else { "not leading" }
+        ));
+    }
+
+    /// Clean shutdown of replica `index`; its summary if it ran to the end.
+    async fn stop_replica(&mut self, index: usize) -> Option<RunSummary> {
+        let mut replica = self.replicas.remove(index);
+        let id = replica.id;
+        if let Some(stop) = replica.stop.take() {
+            let _ = stop.send(());
+        }
+        match tokio::time::timeout(STOP_TIMEOUT, &mut replica.task).await {
+            Ok(Ok(Ok(summary))) => {
+                let seq = self.sb.requests_received();
+                self.note(format!("stopped chaos-replica-{id} (request #{seq} next)"));
+                Some(summary)
+            }
+            Ok(Ok(Err(e))) if self.plan.replicas > 1 && is_leadership_error(&e) => {
+                self.note(format!("stopped chaos-replica-{id}: {e}"));
+                None
+            }
+            Ok(Ok(Err(e))) => {
+                self.violation(format!("chaos-replica-{id} failed while stopping: {e}"));
+                None
+            }
+            Ok(Err(e)) => {
+                self.violation(format!("chaos-replica-{id} panicked: {e}"));
+                None
+            }
+            Err(_) => {
+                replica.task.abort();
+                self.violation(format!(
+                    "chaos-replica-{id} did not stop within {STOP_TIMEOUT:?} of the shutdown signal"
+                ));
+                None
+            }
+        }
+    }
+
+    fn actor<T>(&mut self, what: &str, result: Result<T, crate::sandbox::ApiError>) {
+        if let Err(e) = result {
+            self.note(format!("actor: {what}: {} {}", e.code, e.message));
+        }
+    }
+
+    async fn apply(&mut self, index: usize, action: &Action) {
+        match action {
+            Action::Create(spec) | Action::CreateForeign(spec, _) => {
+                let r = self.sb.create_node(build_node(spec));
+                self.actor(&format!("create {}", spec.name), r);
+            }
+            Action::Delete(name) => {
+                let r = self.sb.delete_node(name);
+                self.actor(&format!("delete {name}"), r);
+            }
+            Action::Recreate(spec) => {
+                let r = self.sb.delete_node(&spec.name);
+                self.actor(&format!("delete {} (re-create)", spec.name), r);
+                let r = self.sb.create_node(build_node(spec));
+                self.actor(&format!("re-create {}", spec.name), r);
+            }
+            Action::Label { name, value } => {
+                let patch = json!({"metadata": {"labels": {CHURN_LABEL: value.to_string()}}});
+                let r = self.sb.patch_node(name, PatchType::Merge, &patch);
+                self.actor(&format!("label {name}"), r);
+            }
+            Action::Heartbeat(name) => {
+                let now = jiff::Timestamp::now()
+                    .round(jiff::Unit::Second)
+                    .unwrap_or_else(|_| jiff::Timestamp::now());
+                let Some(node) = self.sb.node(name) else {
+                    self.note(format!("actor: heartbeat {name}: gone"));
+                    return;
+                };
+                let mut conditions = node["status"]["conditions"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                for c in &mut conditions {
+                    c["lastHeartbeatTime"] = json!(now.to_string());
+                }
+                let patch = json!({"status": {"conditions": conditions}});
+                let r = self.sb.patch_node_status(name, PatchType::Merge, &patch);
+                self.actor(&format!("heartbeat {name}"), r);
+            }
+            Action::RemoveFinalizer(name) => {
+                let patch = json!({"metadata": {"finalizers": null}});
+                let r = self.sb.patch_node(name, PatchType::Merge, &patch);
+                self.actor(&format!("remove finalizer of {name}"), r);
+            }
+            Action::Fault(rule) => {
+                self.sb.inject(rule.clone());
+                self.report.faults += 1;
+            }
+            Action::DropWatches => self.sb.drop_watches(),
+            Action::Compact => self.sb.compact(),
+            Action::SetDelay(d) => self.sb.set_delay(*d),
+            Action::Kill { late_write } => {
+                let mut why = String::new();
+                if let Some(rule) = late_write {
+                    self.sb.inject(rule.clone());
+                    self.report.faults += 1;
+                    why = if self.wait_until_fired(rule).await {
+                        " with a late write in flight".to_owned()
+                    } else {
+                        " (no PATCH took the late write within 2 s)".to_owned()
+                    };
+                }
+                self.kill(&why).await;
+            }
+            Action::Stop => {
+                let index = self
+                    .leader_index()
+                    .or((!self.replicas.is_empty()).then_some(0));
+                if let Some(index) = index {
+                    let _ = self.stop_replica(index).await;
+                }
+            }
+            Action::Start => self.start_replicas(),
+            Action::LoseLease(rules) => {
+                for rule in rules {
+                    self.sb.inject(rule.clone());
+                    self.report.faults += 1;
+                }
+                self.note("Lease requests fail: the leader is to lose the Lease");
+            }
+            Action::QuiesceAndAddForeign { count, first } => {
+                self.quiesce_and_add_foreign(index, *count, *first).await;
+            }
+        }
+    }
+
+    /// Waits (at most 2 s) until `rule` has fired at least once.
+    async fn wait_until_fired(&mut self, rule: &FaultRule) -> bool {
+        let until = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < until {
+            if !self.sb.pending_faults().iter().any(|r| r == rule) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        false
+    }
+
+    /// Waits (bounded) until the sandbox has no request or late write in flight.
+    async fn wait_idle(&mut self, within: Duration) -> bool {
+        let until = Instant::now() + within;
+        loop {
+            if self.sb.in_flight().is_idle() {
+                return true;
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// See [`Action::QuiesceAndAddForeign`].
+    async fn quiesce_and_add_foreign(&mut self, step: usize, count: usize, first: usize) {
+        while !self.replicas.is_empty() {
+            let _ = self.stop_replica(0).await;
+        }
+        self.respawn_at = None;
+        if !self.wait_idle(Duration::from_secs(10)).await {
+            self.note(format!(
+                "quiescent point: the sandbox is not idle ({:?}); no foreign Nodes added",
+                self.sb.in_flight()
+            ));
+            self.start_replicas();
+            return;
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(
+            self.plan.seed ^ (u64::try_from(step).unwrap_or(0) << 32) ^ 0x5eed,
+        );
+        let mut taken: Vec<IpNet> = self
+            .sb
+            .nodes()
+            .iter()
+            .flat_map(pod_cidrs_of)
+            .filter_map(|c| c.parse::<IpNet>().ok())
+            .chain(self.spec.service_cidrs.iter().copied())
+            .collect();
+        let clusters = self.spec.cluster_cidrs.clone();
+        for k in 0..count {
+            let mut cidrs = Vec::new();
+            for (cluster, mask) in &clusters {
+                // A block, two blocks, or half a block.
+                let prefix = match rng.random_range(0..10u32) {
+                    0..=6 => *mask,
+                    7..=8 => mask.saturating_sub(1).max(cluster.prefix_len()),
+                    _ => *mask + 1,
+                };
+                let found = (0..200).find_map(|_| {
+                    let index = rng.random_range(0..block_count(cluster, prefix));
+                    let candidate = block(cluster, prefix, index)?;
+                    let free = taken
+                        .iter()
+                        .all(|t| !(t.contains(&candidate) || candidate.contains(t)));
+                    free.then_some(candidate)
+                });
+                if let Some(net) = found {
+                    taken.push(net);
+                    cidrs.push(net.to_string());
+                }
+            }
+            if cidrs.len() != clusters.len() {
+                self.note("quiescent point: no free space for a foreign Node");
+                continue;
+            }
+            if cidrs.len() == 2 && rng.random_bool(0.3) {
+                cidrs.reverse();
+            }
+            let spec = NodeSpec {
+                name: format!("foreign-in-{}", first + k),
+                template: rng.random_range(0..templates().len()),
+                pod_cidrs: cidrs,
+                finalizer: false,
+            };
+            self.note(format!(
+                "quiescent point: foreign Node {} with podCIDRs {:?}",
+                spec.name, spec.pod_cidrs
+            ));
+            let r = self.sb.create_node(build_node(&spec));
+            self.actor(&format!("create {}", spec.name), r);
+        }
+        self.start_replicas();
+    }
+
+    /// The end phase: faults cleared, terminating Nodes let go, controllers running; waits until
+    /// every late write has run, every servable Node is served (or the pool is full) and the
+    /// leader's pool usage equals the blocks the Nodes hold, twice in a row 200 ms apart; then
+    /// stops the standbys and the leader. Returns the leader's summary.
+    async fn settle_and_stop(&mut self) -> Option<RunSummary> {
+        self.sb.clear_faults();
+        self.sb.set_delay(Duration::ZERO);
+        let terminating: Vec<String> = self
+            .sb
+            .nodes()
+            .iter()
+            .filter(|n| n["metadata"]["deletionTimestamp"].is_string())
+            .map(name_of)
+            .collect();
+        for name in terminating {
+            let patch = json!({"metadata": {"finalizers": null}});
+            let r = self.sb.patch_node(&name, PatchType::Merge, &patch);
+            self.actor(&format!("remove finalizer of {name}"), r);
+        }
+        self.note("end phase: faults cleared");
+        let settle_started = Instant::now();
+        if self.replicas.len() < self.plan.replicas && self.respawn_at.is_none() {
+            self.start_replicas();
+        }
+        let until = Instant::now() + SETTLE_TIMEOUT;
+        let mut settled_once = false;
+        loop {
+            self.supervise().await;
+            if self.replicas.len() < self.plan.replicas && self.respawn_at.is_none() {
+                self.start_replicas();
+            }
+            match self.unsettled() {
+                None if settled_once => break,
+                None => settled_once = true,
+                Some(why) => {
+                    settled_once = false;
+                    if Instant::now() >= until {
+                        self.violation(format!(
+                            "not settled {SETTLE_TIMEOUT:?} after the faults ended: {why}"
+                        ));
+                        break;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        self.note("settled");
+        self.report.settle_ms = settle_started.elapsed().as_millis();
+        // Standbys first, so the leader's summary is the last word.
+        let mut summary = None;
+        while let Some(index) = self
+            .replicas
+            .iter()
+            .position(|r| !r.health.is_leading())
+            .or((!self.replicas.is_empty()).then_some(0))
+        {
+            let leading = self.replicas[index].health.is_leading();
+            let s = self.stop_replica(index).await;
+            if leading {
+                summary = s;
+            }
+        }
+        if summary.is_none() && self.violations.is_empty() {
+            self.violation("no leader's summary at the end");
+        }
+        summary
+    }
+
+    /// `None` when settled, else why not. Cheap checks first; the oracle (every Node read and
+    /// counted) only when they pass, and only again after a write (reading hundreds of Nodes holds
+    /// the store's lock, and a debug build on shared cores has little time to spare).
+    fn unsettled(&mut self) -> Option<String> {
+        let in_flight = self.sb.in_flight();
+        if in_flight.late_writes > 0 {
+            return Some(format!("{} late write(s) pending", in_flight.late_writes));
+        }
+        let Some(leader) = self.leader_index() else {
+            return Some("no replica is leading".to_owned());
+        };
+        if !self.replicas[leader].health.is_ready() {
+            return Some("the leader is not ready".to_owned());
+        }
+        let summary = self.sb.summary();
+        let unserved = summary.nodes.saturating_sub(summary.nodes_with_pod_cidrs);
+        // Only a cluster CIDR with fewer blocks than Nodes (and reserved blocks) can fill up.
+        let might_be_full = self.spec.cluster_cidrs.iter().any(|(cluster, mask)| {
+            block_count(cluster, *mask) < self.plan.nodes_created() as u128 + 64
+        });
+        if unserved > 0 && !might_be_full {
+            return Some(format!("{unserved} Node(s) unserved"));
+        }
+        let usage = match &self.oracle {
+            Some(o) if o.resource_version == summary.resource_version => o.usage.clone(),
+            _ => {
+                let nodes = self.sb.nodes();
+                let usage = pool_usage(&nodes, &self.spec);
+                let names: Vec<String> = nodes
+                    .iter()
+                    .filter(|n| pod_cidrs_of(n).is_empty())
+                    .map(name_of)
+                    .take(10)
+                    .collect();
+                self.oracle = Some(OracleCount {
+                    resource_version: summary.resource_version,
+                    usage: usage.clone(),
+                    unserved: names,
+                });
+                usage
+            }
+        };
+        let full = usage
+            .iter()
+            .any(|(used, capacity)| u128::from(*used) >= *capacity);
+        if unserved > 0 && !full {
+            let names = self
+                .oracle
+                .as_ref()
+                .map(|o| o.unserved.clone())
+                .unwrap_or_default();
+            return Some(format!(
+                "{unserved} Node(s) unserved with free blocks, e.g. {names:?}"
+            ));
+        }
+        let controller: Vec<u64> = self.replicas[leader]
+            .health
+            .pools()
+            .iter()
+            .map(|p| u64::from(p.used))
+            .collect();
+        let oracle: Vec<u64> = usage.iter().map(|(used, _)| *used).collect();
+        if controller != oracle {
+            return Some(format!(
+                "the leader counts {controller:?} blocks in use, the Nodes hold {oracle:?}"
+            ));
+        }
+        None
+    }
+
+    /// For the Nodes the violations name (at most 8): every podCIDR assignment committed and every
+    /// PATCH logged, into the run log.
+    fn dump_history(
+        &mut self,
+        records: &[crate::sandbox::RequestRecord],
+        assignments: &[super::Assignment],
+    ) {
+        let mut names: Vec<String> = Vec::new();
+        for v in &self.violations {
+            for part in v.split("Node ").skip(1) {
+                let name: String = part
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '.')
+                    .collect();
+                let name = name.trim_end_matches('.').to_owned();
+                if !name.is_empty() && !names.contains(&name) && names.len() < 8 {
+                    names.push(name);
+                }
+            }
+        }
+        for name in names {
+            self.log.push(format!("history of Node {name}:"));
+            for a in assignments.iter().filter(|a| a.name == name) {
+                self.log.push(format!(
+                    "    committed rv {} uid {} podCIDRs {:?}",
+                    a.resource_version, a.uid, a.pod_cidrs
+                ));
+            }
+            for (seq, r) in records.iter().enumerate() {
+                if r.verb != Some(crate::sandbox::Verb::Patch)
+                    || r.resource != Some(crate::sandbox::Resource::Nodes)
+                    || r.name.as_deref() != Some(name.as_str())
+                {
+                    continue;
+                }
+                let body = r.body.clone().unwrap_or(Value::Null);
+                self.log.push(format!(
+                    "    request #{seq} from {} uid {} podCIDRs {} query {:?}: status {:?}, late write {:?}",
+                    r.user_agent.rsplit(' ').next().unwrap_or_default(),
+                    body.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("-"),
+                    body.pointer("/spec/podCIDRs").cloned().unwrap_or(Value::Null),
+                    r.query,
+                    r.status,
+                    r.late_write
+                ));
+            }
+        }
+    }
+
+    fn final_checks(
+        &mut self,
+        summary: Option<&RunSummary>,
+        overlap: &OverlapMonitor,
+        allocation: &AllocationMonitor,
+    ) {
+        for v in overlap.violations() {
+            self.violations
+                .push(format!("overlap at a committed write: {v}"));
+        }
+        for v in allocation.violations() {
+            self.violations.push(format!("at a committed write: {v}"));
+        }
+        let nodes = self.sb.nodes();
+        let usage = pool_usage(&nodes, &self.spec);
+        let full = usage
+            .iter()
+            .any(|(used, capacity)| u128::from(*used) >= *capacity);
+        let mut unservable: BTreeSet<String> = nodes
+            .iter()
+            .map(name_of)
+            .filter(|n| n.starts_with("foreign-") && !n.starts_with("foreign-in-"))
+            .collect();
+        if full {
+            unservable.extend(
+                nodes
+                    .iter()
+                    .filter(|n| pod_cidrs_of(n).is_empty())
+                    .map(name_of),
+            );
+        }
+        let unservable_ref: Vec<&str> = unservable.iter().map(String::as_str).collect();
+        let view = summary.map(controller_view);
+        match check(&nodes, &self.spec, &unservable_ref, view.as_ref()) {
+            Ok(report) => {
+                self.report.served = report.served;
+                self.report.unservable = report.unservable;
+            }
+            Err(violations) => {
+                for v in violations {
+                    self.violations.push(format!("end state: {v}"));
+                }
+            }
+        }
+        let records = self.sb.requests();
+        let (violations, patches) = check_patches(
+            &records,
+            self.plan.effective_request_timeout(),
+            nodeipam::controller::CONTROLLER_NAME,
+        );
+        for v in violations {
+            self.violations.push(format!("request log: {v}"));
+        }
+        self.report.patches = patches;
+        if !self.violations.is_empty() {
+            self.dump_history(&records, &allocation.assignments());
+        }
+        self.report.late_writes = records.iter().filter(|r| r.late_write.is_some()).count();
+        self.report.nodes_at_end = nodes.len();
+        self.report.commits_checked = overlap.commits();
+        self.report.allocations = allocation.allocations();
+    }
+}

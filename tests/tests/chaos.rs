@@ -1,0 +1,181 @@
+//! The chaos suite (see `nodeipam_tests::chaos` for what a seed does and checks, RELIABILITY.md
+//! for the runs).
+//!
+//! - `fixed_seeds` (part of `cargo test`): seeds 1..=24, four at a time (`CHAOS_PARALLEL`).
+//!   `CHAOS_SEED=n` runs only seed `n` (`CHAOS_REPEAT=k` times: the interleaving differs between
+//!   runs), printing its plan.
+//! - `many_seeds` (ignored; meant for a release build):
+//!   `CHAOS_FIRST_SEED` (default 1000), `CHAOS_SEEDS` (default 10000), `CHAOS_PARALLEL`
+//!   (default 6) — progress every 100 seeds and every failure in full on stdout:
+//!   `cargo test --release -p nodeipam-tests --test chaos -- --ignored --nocapture`.
+//!
+//! Every failing seed is printed with its number, a command that re-runs it, its violations, its
+//! plan and the driver's log; the test then fails naming the seeds.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Instant;
+
+use nodeipam_tests::chaos::{Plan, SeedFailure, SeedReport, run_seed};
+use tokio::task::JoinSet;
+
+/// Seeds `cargo test` runs.
+const FIXED_SEEDS: std::ops::RangeInclusive<u64> = 1..=24;
+
+/// A seed takes 10–40 s (debug build, shared cores); one that runs for this long is stuck, which
+/// is a failure too (every wait inside a seed is bounded, so this is a last resort).
+const SEED_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+fn env_u64(name: &str) -> Option<u64> {
+    let value = std::env::var(name).ok()?;
+    match value.trim().parse() {
+        Ok(v) => Some(v),
+        Err(e) => panic!("{name}={value:?}: {e}"),
+    }
+}
+
+fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off")),
+        )
+        .with_test_writer()
+        .try_init();
+}
+
+/// The outcome of every seed, `parallel` at a time; `progress` is called after each.
+fn run_seeds(
+    seeds: Vec<u64>,
+    parallel: usize,
+    mut progress: impl FnMut(&Result<SeedReport, SeedFailure>),
+) -> Vec<SeedFailure> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let mut tasks = JoinSet::new();
+        let mut failures = Vec::new();
+        let mut pending = seeds.into_iter();
+        let mut handle = |joined: Result<(u64, Result<SeedReport, SeedFailure>), _>| {
+            let outcome = match joined {
+                Ok((_, outcome)) => outcome,
+                Err(e) => Err(SeedFailure {
+                    seed: u64::MAX,
+                    violations: vec![format!("the seed's task failed: {e}")],
+                    plan: String::new(),
+                    log: Vec::new(),
+                }),
+            };
+            progress(&outcome);
+            if let Err(failure) = outcome {
+                failures.push(failure);
+            }
+        };
+        loop {
+            // Keep `parallel` seeds running.
+            while tasks.len() < parallel.max(1) {
+                let Some(seed) = pending.next() else { break };
+                tasks.spawn(async move {
+                    let outcome = match tokio::time::timeout(SEED_TIMEOUT, run_seed(seed)).await {
+                        Ok(outcome) => outcome,
+                        Err(_) => Err(SeedFailure {
+                            seed,
+                            violations: vec![format!(
+                                "the seed did not finish within {SEED_TIMEOUT:?}"
+                            )],
+                            plan: Plan::generate(seed).to_string(),
+                            log: Vec::new(),
+                        }),
+                    };
+                    (seed, outcome)
+                });
+            }
+            match tasks.join_next().await {
+                Some(joined) => handle(joined),
+                None => break,
+            }
+        }
+        failures
+    })
+}
+
+fn fail_with(failures: &[SeedFailure]) {
+    if failures.is_empty() {
+        return;
+    }
+    let seeds: Vec<String> = failures.iter().map(|f| f.seed.to_string()).collect();
+    panic!(
+        "{} chaos seed(s) failed: {} (each is printed above with its plan and log)",
+        failures.len(),
+        seeds.join(", ")
+    );
+}
+
+#[test]
+fn fixed_seeds() {
+    init_tracing();
+    let (seeds, parallel) = match env_u64("CHAOS_SEED") {
+        Some(seed) => {
+            println!("{}", Plan::generate(seed));
+            let repeat = env_u64("CHAOS_REPEAT").unwrap_or(1);
+            (vec![seed; usize::try_from(repeat).unwrap()], 1)
+        }
+        None => (
+            FIXED_SEEDS.collect(),
+            env_u64("CHAOS_PARALLEL").map_or(4, |p| usize::try_from(p).unwrap()),
+        ),
+    };
+    let started = Instant::now();
+    let count = seeds.len();
+    let single = env_u64("CHAOS_SEED").is_some();
+    let failures = run_seeds(seeds, parallel, |outcome| match outcome {
+        Ok(report) => {
+            println!("{report}");
+            if single {
+                for line in &report.log {
+                    println!("  {line}");
+                }
+            }
+        }
+        Err(failure) => println!("{failure}"),
+    });
+    println!(
+        "chaos: {count} seed(s), {} failed, {:.1} s",
+        failures.len(),
+        started.elapsed().as_secs_f64()
+    );
+    fail_with(&failures);
+}
+
+#[test]
+#[ignore = "thousands of seeds: run in a release build (RELIABILITY.md)"]
+fn many_seeds() {
+    init_tracing();
+    let first = env_u64("CHAOS_FIRST_SEED").unwrap_or(1000);
+    let count = env_u64("CHAOS_SEEDS").unwrap_or(10_000);
+    let parallel = env_u64("CHAOS_PARALLEL").map_or(6, |p| usize::try_from(p).unwrap());
+    println!(
+        "chaos: seeds {first}..{} ({count}), {parallel} at a time",
+        first + count
+    );
+    let started = Instant::now();
+    let mut done = 0u64;
+    let mut failed = 0u64;
+    let failures = run_seeds((first..first + count).collect(), parallel, |outcome| {
+        done += 1;
+        if let Err(failure) = outcome {
+            failed += 1;
+            println!("{failure}");
+        }
+        if done.is_multiple_of(100) || done == count {
+            let minutes = started.elapsed().as_secs_f64() / 60.0;
+            println!(
+                "chaos progress: {done}/{count} seeds run, {failed} failed, {:.1} min, {:.0} seeds/min",
+                minutes,
+                done as f64 / minutes.max(1e-9)
+            );
+        }
+    });
+    fail_with(&failures);
+}
