@@ -272,14 +272,14 @@ pub async fn run(
     let health = config.health.clone();
     let (stop_tx, stop_rx) = watch::channel(false);
     let shutdown = shutdown.shared();
-    {
+    let _shutdown_waiter = {
         let shutdown = shutdown.clone();
         let stop_tx = stop_tx.clone();
-        tokio::spawn(async move {
+        OwnedTask::spawn(async move {
             shutdown.await;
             let _ = stop_tx.send(true);
-        });
-    }
+        })
+    };
     let Some(election) = config.leader_election.clone() else {
         health.set_leading(true);
         let gate = WriteGate {
@@ -307,8 +307,12 @@ pub async fn run(
     .map_err(Error::LeaderElection)?;
     let (leadership_tx, mut leadership) = watch::channel(Leadership::default());
     let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
-    let mut election_task = tokio::spawn(elector.run(leadership_tx, async move {
-        let _ = release_rx.await;
+    // The Lease is released only when asked to (after every write has finished), never because
+    // the sender is gone: that is this future being dropped, with writes possibly in flight.
+    let mut election_task = OwnedTask::spawn(elector.run(leadership_tx, async move {
+        if release_rx.await.is_err() {
+            std::future::pending::<()>().await;
+        }
     }));
     // Standby, take-over and loss, one line each (renewals are quiet).
     let leadership_log = {
@@ -367,7 +371,7 @@ pub async fn run(
     let stop_on_loss = {
         let stop_tx = stop_tx.clone();
         let mut leadership = leadership.clone();
-        tokio::spawn(async move {
+        OwnedTask::spawn(async move {
             let _ = leadership.wait_for(|l| !l.is_leading()).await.is_ok();
             let _ = stop_tx.send(true);
         })
@@ -439,6 +443,49 @@ pub fn write_timeout(request_timeout: Duration, election: &LeaderElection) -> Du
         );
     }
     effective
+}
+
+/// A task `run` spawned, aborted when this handle is dropped. `run` owns every task it spawns, so
+/// dropping its future stops them all at once, as `kill -9` stops a process: no write is sent
+/// afterwards and the Lease is not released (a release would let a standby in at once while a
+/// write of ours may still land). Found by the chaos suite: with plain `JoinHandle`s an aborted
+/// `run` left its workers writing and its elector releasing the Lease.
+pub(crate) struct OwnedTask<T>(tokio::task::JoinHandle<T>);
+
+impl<T: Send + 'static> OwnedTask<T> {
+    /// Spawns `task` on the current runtime.
+    pub(crate) fn spawn(task: impl Future<Output = T> + Send + 'static) -> OwnedTask<T> {
+        OwnedTask(tokio::spawn(task))
+    }
+}
+
+impl<T> OwnedTask<T> {
+    /// Asks the task to stop (it is dropped at its next await).
+    pub(crate) fn abort(&self) {
+        self.0.abort();
+    }
+
+    /// Whether the task has ended.
+    pub(crate) fn is_finished(&self) -> bool {
+        self.0.is_finished()
+    }
+}
+
+impl<T> Future for OwnedTask<T> {
+    type Output = Result<T, tokio::task::JoinError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+impl<T> Drop for OwnedTask<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Resolves once `stop` is true (or its sender is gone).

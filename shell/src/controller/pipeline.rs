@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use super::backoff::RetryBackoff;
 use super::informer::{self, InformerSettings, NodeCache, SyncState};
 use super::worker::{self, Shared, WorkerSettings, WriteGate};
-use super::{CONTROLLER_NAME, ControllerConfig, RunSummary, WorkQueue, WriteLimiter};
+use super::{CONTROLLER_NAME, ControllerConfig, OwnedTask, RunSummary, WorkQueue, WriteLimiter};
 use crate::reconcile::{Action, Allocator, EventSpec, NodeName, NodeView};
 use crate::{Error, metrics as m};
 
@@ -46,7 +46,7 @@ pub(super) async fn run(
     let (synced_tx, mut synced) = watch::channel(SyncState::default());
     let (broken_tx, mut broken) = watch::channel::<Option<String>>(None);
     let mut panicked = super::panic_watch();
-    let mut informer_task = tokio::spawn(informer::run(
+    let mut informer_task = OwnedTask::spawn(informer::run(
         Api::all(client.clone()),
         cache.clone(),
         queue.clone(),
@@ -137,8 +137,8 @@ pub(super) async fn run(
         },
         broken_tx,
     ));
-    let mut dispatcher = tokio::spawn(worker::dispatch(shared, stop.clone()));
-    let gauges = tokio::spawn(refresh_largest_free(allocator.clone()));
+    let gauges = OwnedTask::spawn(refresh_largest_free(allocator.clone()));
+    let mut dispatcher = OwnedTask::spawn(worker::dispatch(shared, stop.clone()));
     // Which task ended the term (its handle must not be polled again).
     let mut informer_done = false;
     let mut dispatcher_done = false;
