@@ -15,7 +15,7 @@
 //!   start-up write fence, one request timeout) or two with leader election on one Lease (lease
 //!   2 s / renew deadline 1.5 s / retry 200 ms, or 3 s / 2 s / 300 ms); request timeout 500 ms
 //!   (with leader election the controller makes it at least 1 s); retries 5 → 100 ms; 1, 4 or 30
-//!   workers; 20 % of seeds (35 % with leader election) pace writes at 100/s with a burst of 5,
+//!   workers; 20 % of seeds (35 % with leader election) pace writes at 50/s with a burst of 5,
 //!   so PATCHes queue at the token bucket after the write gate let them through; streaming list or paged LIST; a watch history of 5,000 or 300 changes (the small one
 //!   makes `410 Gone` happen by itself);
 //! - **200–500 Nodes** created over the run, copies of the 19 real Nodes of fixtures 05–10

@@ -458,12 +458,12 @@ impl Plan {
                 retry_period: Duration::from_millis(300),
             },
         };
-        // Slow writes: PATCHes queue at the token bucket (up to workers / qps = 0.3 s) after the
+        // Slow writes: PATCHes queue at the token bucket (up to workers / qps = 0.6 s) after the
         // write gate let them through — more often with leader election, whose Lease fence a
         // queued write must not outlive.
         let (kube_api_qps, kube_api_burst) =
             if rng.random_bool(if replicas > 1 { 0.35 } else { 0.2 }) {
-                (100.0, 5)
+                (50.0, 5)
             } else {
                 (1000.0, 1000)
             };
