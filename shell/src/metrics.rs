@@ -109,6 +109,13 @@ pub fn apply(event: &MetricEvent) {
             histogram!(m::CIDRSET_ALLOCATION_TRIES_PER_REQUEST, m::LABEL_CLUSTER_CIDR => label)
                 .record(f64::from(tries));
         }
+        MetricEvent::Occupied {
+            cluster_cidr,
+            blocks,
+        } => {
+            counter!(m::CIDRSET_ALLOCATIONS_TOTAL, m::LABEL_CLUSTER_CIDR => cluster_cidr.to_string())
+                .increment(u64::from(blocks));
+        }
         MetricEvent::Released {
             cluster_cidr,
             blocks,

@@ -233,6 +233,16 @@ pub enum MetricEvent {
         /// Used blocks skipped by the search.
         tries: u32,
     },
+    /// `blocks` blocks of `cluster_cidr` became used because a Node shows podCIDRs that were free
+    /// in the pool (start-up, a Node written by another actor, or a Node re-observed after it was
+    /// released). Counted in `node_ipam_controller_cidrset_cidrs_allocations_total` as upstream's `CidrSet.Occupy` does (one
+    /// per block newly marked used; blocks already used are not counted again).
+    Occupied {
+        /// The cluster CIDR (label).
+        cluster_cidr: Cidr,
+        /// Blocks newly marked used (grid blocks of the cluster CIDR).
+        blocks: u32,
+    },
     /// `blocks` blocks were released in `cluster_cidr`.
     Released {
         /// The cluster CIDR (label).
@@ -919,6 +929,15 @@ impl Allocator {
         }
     }
 
+    /// The [`MetricEvent::Occupied`] for `blocks` blocks of `cidr` newly marked used.
+    fn occupied_metric(&self, cidr: Cidr, blocks: u32) -> Option<MetricEvent> {
+        self.cluster_cidr_of(cidr)
+            .map(|cluster_cidr| MetricEvent::Occupied {
+                cluster_cidr,
+                blocks,
+            })
+    }
+
     fn cluster_cidr_of(&self, cidr: Cidr) -> Option<Cidr> {
         self.pool
             .set_for(cidr.family())
@@ -1145,9 +1164,12 @@ impl Allocator {
         let released = self.forget(&node.name);
         let decision = match self.check_existing(node, &raw) {
             Ok(pod_cidrs) => {
+                let mut occupied = Vec::new();
                 for cidr in &pod_cidrs {
                     // check_existing ran Pool::check_node, so every CIDR overlaps its family's set.
-                    let _ = self.pool.occupy(*cidr);
+                    if let Ok(blocks @ 1..) = self.pool.occupy(*cidr) {
+                        occupied.extend(self.occupied_metric(*cidr, blocks));
+                    }
                 }
                 self.put(
                     node.name.clone(),
@@ -1157,18 +1179,25 @@ impl Allocator {
                         uid: uid.map(Into::into),
                     },
                 );
-                Decision::new(Action::Keep { pod_cidrs })
+                let mut decision = Decision::new(Action::Keep { pod_cidrs });
+                decision.metrics = occupied;
+                decision
             }
             Err(skip) => {
-                let held: Vec<Cidr> = skip
-                    .reservable
-                    .iter()
-                    .copied()
-                    .filter(|cidr| self.pool.occupy(*cidr).is_ok())
-                    .collect();
+                let mut occupied = Vec::new();
+                let mut held = Vec::new();
+                for cidr in skip.reservable.iter().copied() {
+                    if let Ok(blocks) = self.pool.occupy(cidr) {
+                        held.push(cidr);
+                        if blocks > 0 {
+                            occupied.extend(self.occupied_metric(cidr, blocks));
+                        }
+                    }
+                }
                 let mut decision = Decision::new(Action::Skip {
                     reason: skip.reason.clone(),
                 });
+                decision.metrics = occupied;
                 decision.events.push(EventSpec {
                     kind: EventKind::Warning,
                     reason: skip.kind.event_reason(),

@@ -207,3 +207,45 @@ async fn delete_while_patch_in_flight_and_recreate_same_name() {
     let summary = controller.stop().await;
     check_end_state(&sb, &ipam, &[], &summary);
 }
+
+/// Nodes that another actor creates with podCIDRs while the controller runs (here the real AKS
+/// kubenet Nodes, whose podCIDRs its own allocator chose) are occupied, and the pool usage the
+/// controller reports (health, gauges) counts them at once — not only at the next allocation or
+/// release (found by the chaos suite: usage lagged the Nodes by 14 blocks after settling).
+#[tokio::test]
+async fn podcidrs_set_by_another_actor_are_counted_at_once() {
+    init_tracing();
+    let sb = Sandbox::start(fixture(FIXTURE)).await;
+    // 10.244.0.0/24–10.244.2.0/24 (the AKS Nodes' blocks) are free: ours start at 10.240.0.0/24.
+    let ipam = ipam("10.240.0.0/12", "", masks(None, None, None));
+    let controller = spawn(&sb, fast_config(ipam.clone()));
+    controller.wait_allocating(&sb).await;
+    assert!(sb.wait_until(WAIT, |sb| unserved(sb).is_empty()).await);
+    let health = controller.health.clone();
+    assert_eq!(common::used(&health), vec![4]);
+    let aks = fixture("03-aks-kubenet-3nodes.json");
+    for node in aks["items"].as_array().unwrap() {
+        // Created anew under its own name with its own podCIDRs (server-set metadata dropped).
+        let name = node["metadata"]["name"].as_str().unwrap();
+        let mut created = node_like(node, name);
+        created["spec"]["podCIDR"] = node["spec"]["podCIDR"].clone();
+        created["spec"]["podCIDRs"] = node["spec"]["podCIDRs"].clone();
+        sb.create_node(created).unwrap();
+    }
+    assert!(
+        sb.wait_until(WAIT, |_| common::used(&health) == vec![7])
+            .await,
+        "pool usage {:?} with 7 Nodes holding one block each",
+        common::used(&health)
+    );
+    // Nothing of theirs was re-patched.
+    assert!(
+        common::node_patches(&sb)
+            .keys()
+            .all(|name| !name.starts_with("aks-")),
+        "{:?}",
+        common::node_patches(&sb).keys()
+    );
+    let summary = controller.stop().await;
+    check_end_state(&sb, &ipam, &[], &summary);
+}

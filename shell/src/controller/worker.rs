@@ -185,7 +185,9 @@ impl Shared {
                     pool_changed = true;
                     lock(&self.exhaustion_log).reset(*cluster_cidr);
                 }
-                MetricEvent::Allocated { .. } | MetricEvent::NodeSkipped { .. } => {
+                MetricEvent::Allocated { .. }
+                | MetricEvent::Occupied { .. }
+                | MetricEvent::NodeSkipped { .. } => {
                     pool_changed = true;
                 }
                 _ => {}

@@ -111,6 +111,36 @@ fn abort_releases_the_pending_block() {
 }
 
 #[test]
+fn podcidrs_written_by_another_actor_count_as_occupied_once() {
+    // A Node that appears with podCIDRs while the controller runs (another allocator, an
+    // operator, a write of a previous leader) marks its block used: the decision says so, so
+    // the pool gauges and the allocations counter move as upstream's CidrSet.Occupy makes
+    // them (found by the chaos suite: the usage gauge lagged the Nodes by 14 blocks).
+    let mut a = allocator("10.244.0.0/16");
+    let d = a.decide(&node("theirs", &["10.244.9.0/24"]));
+    assert_eq!(
+        d,
+        Decision {
+            action: Action::Keep {
+                pod_cidrs: vec![cidr("10.244.9.0/24")]
+            },
+            patch: None,
+            events: vec![],
+            metrics: vec![MetricEvent::Occupied {
+                cluster_cidr: cidr("10.244.0.0/16"),
+                blocks: 1
+            }],
+            next: Next::Done,
+        }
+    );
+    assert_eq!(used(&a), vec![1]);
+    // Seen again (a heartbeat): nothing newly used, nothing reported.
+    let d = a.decide(&node("theirs", &["10.244.9.0/24"]));
+    assert_eq!(d.metrics, vec![]);
+    assert_eq!(used(&a), vec![1]);
+}
+
+#[test]
 fn observed_podcidrs_replace_a_pending_reservation() {
     // PATCH rejected because someone else set podCIDRs meanwhile: occupy theirs, free ours.
     let mut a = allocator("10.244.0.0/16");
@@ -122,12 +152,19 @@ fn observed_podcidrs_replace_a_pending_reservation() {
             pod_cidrs: vec![cidr("10.244.7.0/24")]
         }
     );
+    // Ours freed, theirs newly occupied: both move the pool gauges.
     assert_eq!(
         d.metrics,
-        vec![MetricEvent::Released {
-            cluster_cidr: cidr("10.244.0.0/16"),
-            blocks: 1
-        }]
+        vec![
+            MetricEvent::Released {
+                cluster_cidr: cidr("10.244.0.0/16"),
+                blocks: 1
+            },
+            MetricEvent::Occupied {
+                cluster_cidr: cidr("10.244.0.0/16"),
+                blocks: 1
+            }
+        ]
     );
     assert_eq!(used(&a), vec![1]);
     assert_eq!(a.held("n1"), Some(&[cidr("10.244.7.0/24")][..]));
@@ -307,11 +344,36 @@ fn skip_rules() {
         assert_eq!(d.patch, None);
         assert_eq!(d.events.len(), 1, "{}", case.node.name);
         assert_eq!(d.events[0].reason, case.kind.event_reason());
+        // The reserved part is reported as occupied (so the pool gauges move), then the skip.
+        let occupied: u32 = d
+            .metrics
+            .iter()
+            .map(|m| match m {
+                MetricEvent::Occupied { blocks, .. } => *blocks,
+                _ => 0,
+            })
+            .sum();
         assert_eq!(
-            d.metrics,
-            vec![MetricEvent::NodeSkipped { kind: case.kind }]
+            d.metrics.last(),
+            Some(&MetricEvent::NodeSkipped { kind: case.kind })
+        );
+        assert_eq!(
+            d.metrics
+                .iter()
+                .filter(|m| !matches!(m, MetricEvent::Occupied { .. }))
+                .count(),
+            1,
+            "{}: {:?}",
+            case.node.name,
+            d.metrics
         );
         assert_eq!(used(&a), case.reserved, "{}", case.node.name);
+        assert_eq!(
+            occupied,
+            case.reserved.iter().sum::<u32>(),
+            "{}",
+            case.node.name
+        );
         assert_eq!(a.skipped_count(), 1);
         // Seen again: nothing new is emitted.
         let again = a.decide(&case.node);
@@ -379,12 +441,21 @@ fn fixture_12_k0s_ipv6_first_against_ipv4_first_config() {
     let mut a = Allocator::new(&ipam).expect("pool");
     let decisions = a.startup_occupy(&fixture("12-k0s-dualstack-ipv6-primary-partial.json"));
     assert_eq!(decisions.len(), 1);
-    assert_eq!(
-        decisions[0].1,
-        Decision::new(Action::Keep {
-            pod_cidrs: vec![cidr("fd00::/110"), cidr("10.244.0.0/24")]
-        })
-    );
+    // Kept in the Node's order; each family's block counted as occupied in its cluster CIDR.
+    let mut kept = Decision::new(Action::Keep {
+        pod_cidrs: vec![cidr("fd00::/110"), cidr("10.244.0.0/24")],
+    });
+    kept.metrics = vec![
+        MetricEvent::Occupied {
+            cluster_cidr: cidr("fd00::/104"),
+            blocks: 1,
+        },
+        MetricEvent::Occupied {
+            cluster_cidr: cidr("10.244.0.0/16"),
+            blocks: 1,
+        },
+    ];
+    assert_eq!(decisions[0].1, kept);
     // A new Node gets IPv4 first (flag order), one block of each family.
     let d = a.decide(&node("worker-2", &[]));
     assert_eq!(
@@ -464,8 +535,8 @@ fn hostile_existing_cidrs_are_skipped_not_kept() {
         NodeMaskFlags::default(),
     ))
     .expect("pool");
-    let skip_kind = |d: &Decision| match (&d.action, d.metrics.as_slice()) {
-        (Action::Skip { .. }, [MetricEvent::NodeSkipped { kind }]) => Some(*kind),
+    let skip_kind = |d: &Decision| match (&d.action, d.metrics.last()) {
+        (Action::Skip { .. }, Some(MetricEvent::NodeSkipped { kind })) => Some(*kind),
         _ => None,
     };
     // Inside a service CIDR: Service IPs would be handed to pods.
