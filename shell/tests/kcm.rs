@@ -558,9 +558,13 @@ fn lines_before_first_request(args: &[&str]) -> (Vec<Value>, String, u16) {
         .expect("binary runs");
     let (stream, _) = listener.accept().expect("the controller connects");
     let mut first = String::new();
-    let _ = BufReader::new(stream).read_line(&mut first);
+    let mut request = BufReader::new(stream);
+    let _ = request.read_line(&mut first);
+    // Killed while its first request is still open: a connection closed first would let it log
+    // the failed request (lines that are not "before the first request").
     let _ = child.kill();
     let output = child.wait_with_output().expect("exits");
+    drop(request);
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     let lines: Vec<Value> = stderr
         .lines()
