@@ -190,8 +190,9 @@ pub enum Next {
     /// Nothing until the Node changes.
     Done,
     /// Read the Node from the API server (GET) and decide again on what it shows
-    /// ([`Allocator::decide`], or [`Allocator::object_gone`] on 404): the informer's copy may be
-    /// older than what the write was just refused for.
+    /// ([`Allocator::decide_fresh`], or [`Allocator::object_gone`] for the record's uid on 404):
+    /// the informer's copy may be older than what a write was just refused for, or than what an
+    /// earlier GET showed.
     Reread,
     /// Reconcile again after the Node's next backoff delay.
     RetryBackoff,
@@ -314,6 +315,15 @@ impl Decision {
         self.metrics = metrics;
         self
     }
+}
+
+/// The decision for an informer copy that may be older than what the API server last told us
+/// about the name: change nothing, read the Node (GET) and decide on that.
+fn informer_behind() -> Decision {
+    Decision::new(Action::Skip {
+        reason: "the informer's copy may be older than the API server's last answer for this name; reading the Node".to_owned(),
+    })
+    .then(Next::Reread)
 }
 
 /// The strategic-merge patch that assigns `pod_cidrs` (upstream's `PatchNodeCIDRs` body), pinned
@@ -481,6 +491,11 @@ struct NodeRecord {
     held: Vec<Cidr>,
     state: RecordState,
     uid: Option<Box<str>>,
+    /// The record was last decided on what the API server answered (a GET, a PATCH response),
+    /// which can be newer than the informer's copy: until the informer shows this object
+    /// ([`NodeRecord::uid`]), its copies of other objects of the name, and its deletions, may be
+    /// older, so they are checked with a GET instead of acted on ([`Next::Reread`]).
+    ahead_of_informer: bool,
 }
 
 impl NodeRecord {
@@ -684,8 +699,47 @@ impl Allocator {
 
     /// Decides for one Node as seen now: occupy what it has (Keep/Skip), re-send a pending
     /// allocation, or allocate (Assign/Fail). Idempotent: seeing the same Node again changes
-    /// nothing and emits nothing new.
+    /// nothing and emits nothing new. `node` is the informer's copy: while the name's record is
+    /// ahead of the informer ([`Allocator::decide_fresh`]), a copy of another object changes
+    /// nothing and the decision is [`Next::Reread`].
     pub fn decide(&mut self, node: &NodeView) -> Decision {
+        if let Some(record) = self.nodes.get_mut(&node.name)
+            && record.ahead_of_informer
+        {
+            if record.is_for(node.uid.as_deref()) {
+                // The informer has caught up with what the API server told us.
+                record.ahead_of_informer = false;
+            } else {
+                return informer_behind();
+            }
+        }
+        self.decide_view(node)
+    }
+
+    /// [`Allocator::decide`] on a Node as the API server answered it (a GET, or the object a
+    /// PATCH returned), which may be newer than the informer's copy: the record is marked ahead
+    /// of the informer, so the informer's older copies of this name are checked with a GET
+    /// instead of acted on until it shows this object. (A GET without `resourceVersion` is a
+    /// quorum read: it shows at least every state observed before it was sent, so an object
+    /// another uid replaced can never reappear in one.)
+    pub fn decide_fresh(&mut self, node: &NodeView) -> Decision {
+        let decision = self.decide_view(node);
+        if let Some(record) = self.nodes.get_mut(&node.name)
+            && record.state != RecordState::Gone
+            && record.is_for(node.uid.as_deref())
+        {
+            record.ahead_of_informer = true;
+        }
+        decision
+    }
+
+    /// The uid of the Node object `name`'s record is for (`None` if there is no record or the
+    /// Node had no uid).
+    pub fn record_uid(&self, name: &str) -> Option<&str> {
+        self.nodes.get(name).and_then(|r| r.uid.as_deref())
+    }
+
+    fn decide_view(&mut self, node: &NodeView) -> Decision {
         if node.has_pod_cidrs() {
             return self.observe_existing(node);
         }
@@ -755,7 +809,7 @@ impl Allocator {
         };
         let Some(mut pending) = pending else {
             return match outcome {
-                PatchOutcome::Applied(view) => self.decide(&view),
+                PatchOutcome::Applied(view) => self.decide_fresh(&view),
                 _ => Decision::new(Action::Skip {
                     reason: "the reservation this write was for is gone".to_owned(),
                 }),
@@ -775,7 +829,7 @@ impl Allocator {
                         pod_cidrs: pod_cidrs.to_vec(),
                     })
                 } else {
-                    self.decide(&view)
+                    self.decide_fresh(&view)
                 }
             }
             PatchOutcome::NotFound => self.object_gone(name, uid).after_metrics(vec![failed]),
@@ -859,7 +913,7 @@ impl Allocator {
                 pod_cidrs: Vec::new(),
             });
         }
-        self.remove(name)
+        self.release_record(name)
     }
 
     /// `plan` only: [`Allocator::decide`] for a Node the allocator does not know, keeping no record
@@ -892,7 +946,24 @@ impl Allocator {
     /// Node `name` is gone (the informer delivered its deletion, or it is no longer listed):
     /// releases every block it held, except blocks another Node's podCIDR or a service CIDR still
     /// overlaps. Unknown names release nothing.
+    ///
+    /// While the record is ahead of the informer (decided on a newer answer of the API server),
+    /// the deletion may be of an earlier object of the name: nothing is released, and the
+    /// decision says to check with a GET ([`Next::Reread`], then [`Allocator::object_gone`] on
+    /// 404).
     pub fn remove(&mut self, name: &str) -> Decision {
+        if self
+            .nodes
+            .get(name)
+            .is_some_and(|r| r.ahead_of_informer && r.state != RecordState::Gone)
+        {
+            return informer_behind();
+        }
+        self.release_record(name)
+    }
+
+    /// Forgets `name`'s record and releases what it held (see [`Allocator::remove`]).
+    fn release_record(&mut self, name: &str) -> Decision {
         let held = self
             .nodes
             .get(name)
@@ -909,13 +980,14 @@ impl Allocator {
     /// its blocks (writes pinned to that uid can never apply) and remembers the object as gone, so
     /// the informer's stale copy gets nothing allocated.
     pub fn object_gone(&mut self, name: &str, uid: Option<&str>) -> Decision {
-        let decision = self.remove(name);
+        let decision = self.release_record(name);
         self.put(
             name.into(),
             NodeRecord {
                 held: Vec::new(),
                 state: RecordState::Gone,
                 uid: uid.map(Into::into),
+                ahead_of_informer: false,
             },
         );
         decision
@@ -980,6 +1052,7 @@ impl Allocator {
                     NodeRecord {
                         held: pod_cidrs.clone(),
                         state: RecordState::Pending(PendingWrite::default()),
+                        ahead_of_informer: false,
                         uid: node.uid.as_deref().map(Into::into),
                     },
                 );
@@ -1177,6 +1250,7 @@ impl Allocator {
                         held: pod_cidrs.clone(),
                         state: RecordState::Held,
                         uid: uid.map(Into::into),
+                        ahead_of_informer: false,
                     },
                 );
                 let mut decision = Decision::new(Action::Keep { pod_cidrs });
@@ -1220,6 +1294,7 @@ impl Allocator {
                             reason: skip.reason,
                         })),
                         uid: uid.map(Into::into),
+                        ahead_of_informer: false,
                     },
                 );
                 decision

@@ -312,8 +312,41 @@ impl Shared {
         if let (Action::Assign { pod_cidrs }, Some(body)) = (&decision.action, &decision.patch) {
             self.write(&name, uid.as_deref(), pod_cidrs.clone(), body.clone())
                 .await;
+        } else if decision.next == Next::Reread {
+            self.check_with_server(&name).await;
         }
         self.queue.done(&name);
+    }
+
+    /// The informer's copy of `name` may be older than what the API server last answered for it:
+    /// GETs the Node, decides on that, and writes what that decision assigns.
+    async fn check_with_server(&self, name: &NodeName) {
+        let record_uid = lock(&self.allocator).record_uid(name).map(str::to_owned);
+        let Some(decision) = self.reread(name, record_uid.as_deref()).await else {
+            self.retry_later(name);
+            return;
+        };
+        let patch_uid = decision
+            .patch
+            .as_ref()
+            .and_then(|body| body.pointer("/metadata/uid"))
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned);
+        self.apply(
+            name,
+            patch_uid.as_deref().or(record_uid.as_deref()),
+            &decision,
+        )
+        .await;
+        match (&decision.action, &decision.patch) {
+            (Action::Assign { pod_cidrs }, Some(body)) => {
+                self.write(name, patch_uid.as_deref(), pod_cidrs.clone(), body.clone())
+                    .await;
+            }
+            // Still behind after the GET (another change meanwhile): try again later.
+            _ if decision.next == Next::Reread => self.retry_later(name),
+            _ => {}
+        }
     }
 
     /// PATCHes `pod_cidrs` to Node `name` (object `uid`) and applies what follows from the
@@ -385,7 +418,7 @@ impl Shared {
         let read =
             tokio::time::timeout(self.settings.request_timeout, self.api.get_opt(name)).await;
         match read {
-            Ok(Ok(Some(node))) => Some(lock(&self.allocator).decide(&node.view())),
+            Ok(Ok(Some(node))) => Some(lock(&self.allocator).decide_fresh(&node.view())),
             Ok(Ok(None)) => Some(lock(&self.allocator).object_gone(name, uid)),
             Ok(Err(error)) => {
                 if is_client_broken(&error) {

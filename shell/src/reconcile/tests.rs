@@ -862,3 +862,90 @@ fn uncovered_runs_of_block_ranges() {
     }
     assert_eq!(uncovered_runs(0, 9, &mut [(0, u32::MAX)]), vec![]);
 }
+
+/// Found by the chaos suite (seed 1118): a write pinned to the first object of a name is refused
+/// (the Node was re-created), the GET shows the second object, the write to it gets no answer —
+/// and then the informer, still behind, shows the first object again, then its deletion. Neither
+/// may release the block of the write in doubt (it can still land on the second object), nor
+/// assign the first object anything.
+#[test]
+fn an_informer_behind_a_get_cannot_release_a_write_in_doubt() {
+    let mut a = allocator("10.244.0.0/16");
+    let mut first = node("n1", &[]);
+    first.uid = Some("uid-first".to_owned());
+    let mut second = node("n1", &[]);
+    second.uid = Some("uid-second".to_owned());
+    let d = a.decide(&first);
+    let Action::Assign {
+        pod_cidrs: to_first,
+    } = d.action
+    else {
+        panic!("{d:?}")
+    };
+    let refused = a.patch_outcome(
+        "n1",
+        Some("uid-first"),
+        &to_first,
+        PatchOutcome::CannotApply {
+            kind: CannotApplyKind::NodeReplaced,
+            message: "metadata.uid: field is immutable".to_owned(),
+        },
+    );
+    assert_eq!(refused.next, Next::Reread);
+    // The GET shows the second object: it gets a block; its write gets no answer.
+    let d = a.decide_fresh(&second);
+    let Action::Assign {
+        pod_cidrs: to_second,
+    } = d.action
+    else {
+        panic!("{d:?}")
+    };
+    a.patch_outcome("n1", Some("uid-second"), &to_second, unknown());
+    assert_eq!(used(&a), vec![1]);
+    // The informer's older copy of the first object: nothing changes, read the Node again.
+    let stale = a.decide(&first);
+    assert!(matches!(stale.action, Action::Skip { .. }), "{stale:?}");
+    assert_eq!((stale.patch, stale.next), (None, Next::Reread));
+    assert_eq!(stale.metrics, vec![]);
+    assert_eq!(a.held("n1"), Some(to_second.as_slice()));
+    // The informer's deletion of the first object: nothing released, read the Node again.
+    let gone = a.remove("n1");
+    assert_eq!(gone.next, Next::Reread);
+    assert_eq!(gone.metrics, vec![]);
+    assert_eq!(used(&a), vec![1]);
+    // The informer catches up: the same CIDRs are sent to the second object again.
+    let d = a.decide(&second);
+    assert_eq!(
+        d.action,
+        Action::Assign {
+            pod_cidrs: to_second.clone()
+        }
+    );
+    // Caught up, the informer is trusted again: a third object of the name replaces the second
+    // (writes pinned to uid-second cannot reach it), so its block is released.
+    let mut third = node("n1", &[]);
+    third.uid = Some("uid-third".to_owned());
+    let d = a.decide(&third);
+    assert!(matches!(d.action, Action::Assign { .. }), "{d:?}");
+    assert_eq!(used(&a), vec![1]);
+    assert_ne!(a.held("n1"), Some(to_second.as_slice()));
+}
+
+/// The GET that follows an informer copy that may be stale: a 404 releases the record's object
+/// (writes pinned to its uid can never apply); another uid releases it and allocates afresh.
+#[test]
+fn the_get_after_a_stale_informer_copy_settles_it() {
+    let mut a = allocator("10.244.0.0/16");
+    let mut second = node("n1", &[]);
+    second.uid = Some("uid-second".to_owned());
+    let d = a.decide_fresh(&second);
+    let Action::Assign { pod_cidrs: ours } = d.action else {
+        panic!("{d:?}")
+    };
+    a.patch_outcome("n1", Some("uid-second"), &ours, unknown());
+    assert_eq!(a.remove("n1").next, Next::Reread);
+    assert_eq!(a.record_uid("n1"), Some("uid-second"));
+    let d = a.object_gone("n1", Some("uid-second"));
+    assert_eq!(d.action, Action::Released { pod_cidrs: ours });
+    assert_eq!(used(&a), vec![0]);
+}
