@@ -275,12 +275,14 @@ impl Shared {
         );
     }
 
+    /// Publishes the pool figures (gauges, health) as the allocator has them now. Read and
+    /// published under the allocator's lock: two workers reporting at once would otherwise publish
+    /// in either order, and the older figures could stay published for good (found by the chaos
+    /// suite, seed 1672: usage 6 blocks below the Nodes' after settling).
     fn report_pool(&self) {
-        let (pools, skipped) = {
-            let allocator = lock(&self.allocator);
-            (allocator.pool_stats(), allocator.skipped_count())
-        };
-        m::set_pool_gauges(&pools, skipped);
+        let allocator = lock(&self.allocator);
+        let pools = allocator.pool_stats();
+        m::set_pool_gauges(&pools, allocator.skipped_count());
         self.health.set_pools(pools);
     }
 
