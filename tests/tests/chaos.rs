@@ -1,8 +1,8 @@
 //! The chaos suite (see `nodeipam_tests::chaos` for what a seed does and checks, RELIABILITY.md
 //! for the runs).
 //!
-//! - `fixed_seeds` (part of `cargo test`): seeds 1..=24, four at a time (`CHAOS_PARALLEL`).
-//!   `CHAOS_SEED=n` runs only seed `n` (`CHAOS_REPEAT=k` times: the interleaving differs between
+//! - `fixed_seeds` (part of `cargo test`): seeds 1..=24 and four regression seeds, four at a
+//!   time (`CHAOS_PARALLEL`). `CHAOS_SEED=n` runs only seed `n` (`CHAOS_REPEAT=k` times: the interleaving differs between
 //!   runs), printing its plan.
 //! - `many_seeds` (ignored; meant for a release build):
 //!   `CHAOS_FIRST_SEED` (default 1000), `CHAOS_SEEDS` (default 10000), `CHAOS_PARALLEL`
@@ -18,8 +18,11 @@ use std::time::Instant;
 use nodeipam_tests::chaos::{Plan, SeedFailure, SeedReport, run_seed};
 use tokio::task::JoinSet;
 
-/// Seeds `cargo test` runs.
-const FIXED_SEEDS: std::ops::RangeInclusive<u64> = 1..=24;
+/// Seeds `cargo test` runs: 1..=24, then the seeds that found a bug in long runs (RELIABILITY.md
+/// bugs 4–7). The interleaving differs between runs, so these are not certain to hit their bug
+/// again; the regression test named with each fix is.
+const FIXED_SEEDS: [std::ops::RangeInclusive<u64>; 5] =
+    [1..=24, 1028..=1028, 1118..=1118, 1495..=1495, 1672..=1672];
 
 /// A seed takes 10–40 s (debug build, shared cores); one that runs for this long is stuck, which
 /// is a failure too (every wait inside a seed is bounded, so this is a last resort).
@@ -122,7 +125,7 @@ fn fixed_seeds() {
             (vec![seed; usize::try_from(repeat).unwrap()], 1)
         }
         None => (
-            FIXED_SEEDS.collect(),
+            FIXED_SEEDS.into_iter().flatten().collect(),
             env_u64("CHAOS_PARALLEL").map_or(4, |p| usize::try_from(p).unwrap()),
         ),
     };
