@@ -60,6 +60,10 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// Secure serving (`--secure-port`, `--tls-*`, `--authentication-kubeconfig`, …) could not be
+    /// set up; the message names the flag or file.
+    #[error("secure serving: {0}")]
+    Serving(#[from] crate::serving::ServingError),
     /// The metrics recorder could not be installed (another one already is).
     #[error("cannot install the metrics recorder: {0}")]
     Metrics(String),
@@ -89,6 +93,7 @@ impl Error {
             Error::InvalidNodeList(_) => "invalid_node_list",
             Error::Listen { .. } => "listen",
             Error::Metrics(_) => "metrics",
+            Error::Serving(_) => "serving",
             Error::TaskFailed { .. } => "task_failed",
         }
     }
@@ -105,6 +110,7 @@ impl Error {
             | Error::ClientConfig { .. }
             | Error::Read { .. }
             | Error::InvalidNodeList(_) => 2,
+            Error::Serving(e) => e.exit_code(),
             _ => 1,
         }
     }

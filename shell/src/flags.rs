@@ -64,6 +64,10 @@ pub struct Cli {
     /// kube-controller-manager flags read only to refuse values this controller cannot honour.
     #[command(flatten)]
     pub compat: CompatFlags,
+    /// Secure serving (issue 9): `--secure-port`, `--bind-address`, `--tls-*-file`,
+    /// `--authentication-kubeconfig`, `--authorization-*` (see [`crate::serving`]).
+    #[command(flatten)]
+    pub serving: crate::serving::SecureServingFlags,
 }
 
 /// `--help`'s closing section: the environment and the exit statuses.
@@ -262,10 +266,13 @@ pub struct ControllerFlags {
     /// `cidrUpdateWorkers`). One slow or hung request holds one worker, not the controller.
     #[arg(long, global = true, value_name = "N", default_value_t = 30, value_parser = parse_workers)]
     pub node_cidr_update_workers: usize,
-    /// Address for Prometheus metrics (`/metrics`); `0` disables.
+    /// Address for Prometheus metrics (`/metrics`) over plain HTTP **without authentication**,
+    /// for local use (a workstation, `kubectl port-forward`); `0` disables. In a cluster, turn it
+    /// off and scrape the authenticated `--secure-port` instead.
     #[arg(long, global = true, value_name = "ADDR", default_value = "0.0.0.0:8080", value_parser = parse_bind_address)]
     pub metrics_bind_address: BindAddress,
-    /// Address for `/healthz` and `/readyz`; `0` disables.
+    /// Address for `/healthz` and `/readyz` over plain HTTP, for local use; `0` disables. In a
+    /// cluster, probe the `--secure-port` instead.
     #[arg(long, global = true, value_name = "ADDR", default_value = "0.0.0.0:8081", value_parser = parse_bind_address)]
     pub health_probe_bind_address: BindAddress,
 }

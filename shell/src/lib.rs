@@ -9,7 +9,8 @@
 //! - [`reconcile`]: the pure decision logic (which patch, event, metric for a Node);
 //! - [`node_pools`]: per-Node mask sizes from rules and labels (`CloudAllocator`);
 //! - [`plan`]: the offline `plan` subcommand;
-//! - [`controller`]: the tokio/kube-rs runner, [`controller::run`].
+//! - [`controller`]: the tokio/kube-rs runner, [`controller::run`];
+//! - [`serving`]: the secure port (HTTPS, delegated authentication and authorization).
 
 pub mod build_info;
 pub mod controller;
@@ -24,6 +25,7 @@ pub mod nodelist;
 pub mod plan;
 pub mod reasons;
 pub mod reconcile;
+pub mod serving;
 pub mod startup;
 
 pub use error::Error;

@@ -163,12 +163,15 @@ fn run_controller(
     };
     runtime.block_on(async move {
         // The client configuration is checked before anything starts (exit 2 naming the flag).
-        let client = match ipam {
-            Some(_) => match controller::client_from_flags(flags).await {
+        // The secure port needs it too: its TokenReviews and SubjectAccessReviews go through it
+        // unless --authentication-kubeconfig/--authorization-kubeconfig name another.
+        let client = if ipam.is_some() || cli.serving.enabled() {
+            match controller::client_from_flags(flags).await {
                 Ok(client) => Some(client),
                 Err(e) => return fail(&e),
-            },
-            None => None,
+            }
+        } else {
+            None
         };
         let allocation = ipam.map(|(ipam, node_pools, sizing)| {
             let mut config = ControllerConfig::from_flags(ipam, flags);
@@ -193,11 +196,24 @@ fn run_controller(
         }
         let health = controller::Health::new();
         let mut servers = tokio::task::JoinSet::new();
-        if let Some(address) = flags.metrics_bind_address.0 {
+        // One recorder for the plain and the secure `/metrics`.
+        let metrics = if flags.metrics_bind_address.0.is_some() || cli.serving.enabled() {
             let handle = match nodeipam::metrics::install_recorder() {
                 Ok(handle) => handle,
                 Err(e) => return fail(&e),
             };
+            let upkeep = handle.clone();
+            servers.spawn(async move {
+                loop {
+                    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+                    upkeep.run_upkeep();
+                }
+            });
+            Some(handle)
+        } else {
+            None
+        };
+        if let (Some(address), Some(handle)) = (flags.metrics_bind_address.0, metrics.clone()) {
             let listener = match tokio::net::TcpListener::bind(address).await {
                 Ok(listener) => listener,
                 Err(source) => {
@@ -207,13 +223,6 @@ fn run_controller(
                     });
                 }
             };
-            let upkeep = handle.clone();
-            servers.spawn(async move {
-                loop {
-                    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
-                    upkeep.run_upkeep();
-                }
-            });
             let router = controller::metrics_router(handle);
             servers.spawn(async move {
                 let result =
@@ -236,6 +245,12 @@ fn run_controller(
                 let result = controller::serve_health(listener, probes, std::future::pending()).await;
                 tracing::error!(?result, "the health probe server stopped");
             });
+        }
+        // Secure serving (issue 9): `nodeipam::serving`.
+        if let (Some(handle), Some((client, _))) = (metrics.filter(|_| cli.serving.enabled()), &client)
+            && let Err(e) = start_secure_serving(cli, client, &health, handle, &mut servers).await
+        {
+            return fail(&e);
         }
         let (Some((mut config, _)), Some((client, _))) = (allocation, client) else {
             health.set_ready(true);
@@ -276,6 +291,34 @@ fn run_controller(
             }
         }
     })
+}
+
+/// Starts the secure port (`--secure-port` …, see `nodeipam::serving`) as one more supervised
+/// server: the certificate, the review clients (the controller's own unless
+/// `--authentication-kubeconfig`/`--authorization-kubeconfig` say otherwise), then the listener.
+async fn start_secure_serving(
+    cli: &Cli,
+    client: &kube::Client,
+    health: &controller::Health,
+    metrics: metrics_exporter_prometheus::PrometheusHandle,
+    servers: &mut tokio::task::JoinSet<()>,
+) -> Result<(), Error> {
+    let Some(serving) = cli.serving.resolve(client).await? else {
+        return Ok(());
+    };
+    let listener = serving.bind().await?;
+    let address = listener.local_addr().unwrap_or(serving.address);
+    let certificate = match serving.certificate {
+        nodeipam::serving::ServingCertificate::Files => "--tls-cert-file",
+        nodeipam::serving::ServingCertificate::SelfSigned { .. } => "self-signed (in memory)",
+    };
+    tracing::info!(%address, certificate, "serving /healthz, /readyz, /livez and /metrics over HTTPS with delegated authentication and authorization");
+    let router = nodeipam::serving::router(health.clone(), metrics, serving.auth.clone());
+    servers.spawn(async move {
+        nodeipam::serving::serve(listener, serving.tls, router, std::future::pending()).await;
+        tracing::error!("the secure server stopped");
+    });
+    Ok(())
 }
 
 /// Resolves on SIGTERM or SIGINT.

@@ -143,7 +143,11 @@ fn assert_no_double_assignment(json: &Value, services: &[&str]) {
 #[test]
 fn bad_flags_exit_2_with_one_line_naming_the_flag() {
     let cluster = "--cluster-cidr=10.244.0.0/16";
-    let off = ["--metrics-bind-address=0", "--health-probe-bind-address=0"];
+    let off = [
+        "--metrics-bind-address=0",
+        "--health-probe-bind-address=0",
+        "--secure-port=0",
+    ];
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["--node-cidr-mask-size=-1"], "--node-cidr-mask-size"),
         (vec!["--node-cidr-mask-size=256"], "--node-cidr-mask-size"),
@@ -261,6 +265,7 @@ fn master_without_a_scheme_reaches_the_server_over_http_without_credentials() {
             "--leader-elect=false",
             "--metrics-bind-address=0",
             "--health-probe-bind-address=0",
+            "--secure-port=0",
         ])
         .env("RUST_LOG", "warn")
         .env("KUBECONFIG", &kubeconfig)

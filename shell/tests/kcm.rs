@@ -63,7 +63,8 @@ fn run(args: &[&str]) -> Output {
 }
 
 /// kubeadm's kube-controller-manager command parses; the node IPAM flags and the client and
-/// leader-election flags are read as kcm reads them; the other eleven are accepted and listed.
+/// leader-election and secure-serving flags are read as kcm reads them; the other eight are
+/// accepted and listed.
 #[test]
 fn kubeadm_command_line_parses_as_kcm() {
     let argv = manifest_command("fixtures/commandlines/kubeadm-kube-controller-manager.yaml");
@@ -108,9 +109,6 @@ fn kubeadm_command_line_parses_as_kcm() {
     assert_eq!(
         ignored_names(&parsed),
         BTreeSet::from([
-            "authentication-kubeconfig",
-            "authorization-kubeconfig",
-            "bind-address",
             "client-ca-file",
             "cluster-name",
             "cluster-signing-cert-file",
@@ -121,18 +119,37 @@ fn kubeadm_command_line_parses_as_kcm() {
             "use-service-account-credentials",
         ])
     );
-    let bind = parsed
+    // The secure-serving flags are kcm's: the port on localhost, reviews through kubeadm's
+    // controller-manager.conf; client-certificate authentication is listed as ignored.
+    assert_eq!(cli.serving.secure_port, 10257);
+    assert_eq!(
+        cli.serving.bind_address.0,
+        Some(std::net::IpAddr::from([127, 0, 0, 1]))
+    );
+    let conf = Some(std::path::Path::new(
+        "/etc/kubernetes/controller-manager.conf",
+    ));
+    assert_eq!(cli.serving.authentication_kubeconfig.as_deref(), conf);
+    assert_eq!(cli.serving.authorization_kubeconfig.as_deref(), conf);
+    let client_ca = parsed
         .ignored
         .iter()
-        .find(|f| f.name == "bind-address")
+        .find(|f| f.name == "client-ca-file")
         .expect("listed");
-    assert_eq!(bind.to_string(), "--bind-address=127.0.0.1");
-    assert!(bind.reason.contains("issue 9"), "{}", bind.reason);
+    assert_eq!(
+        client_ca.to_string(),
+        "--client-ca-file=/etc/kubernetes/pki/ca.crt"
+    );
+    assert!(
+        client_ca.reason.contains("bearer tokens only"),
+        "{}",
+        client_ca.reason
+    );
 }
 
 /// cloud-provider-azure's cloud-controller-manager (the AKS/CAPZ CCM) parses: it allocates from
 /// 10.244.0.0/16 with no service range, `--controllers=*,-cloud-node` keeps node-ipam on,
-/// `--v=4` is debug, and the cloud flags are listed as ignored.
+/// `--v=4` is debug, `--secure-port=10267` is read, and the cloud flags are listed as ignored.
 #[test]
 fn azure_ccm_command_line_parses() {
     let argv = manifest_command(
@@ -163,9 +180,9 @@ fn azure_ccm_command_line_parses() {
             "cluster-name",
             "configure-cloud-routes",
             "route-reconciliation-period",
-            "secure-port",
         ])
     );
+    assert_eq!(cli.serving.secure_port, 10267);
     // No diagnostic: 10.244.0.0/16 overlaps no well-known service range.
     let sizing = nodeipam::node_pools::Sizing::range_allocator(&ipam);
     assert!(nodeipam::diagnostics::config_findings(&ipam, &sizing).is_empty());
@@ -292,6 +309,7 @@ fn flags_that_would_change_allocation_exit_2() {
         "--cluster-cidr=10.244.0.0/16",
         "--metrics-bind-address=0",
         "--health-probe-bind-address=0",
+        "--secure-port=0",
     ];
     for (flag, names) in [
         ("--controllers=*,-nodeipam", "--controllers"),
@@ -356,7 +374,7 @@ fn plan_accepts_the_kubeadm_command_line() {
     assert_eq!(pasted.stdout, bare.stdout);
     let stderr = String::from_utf8_lossy(&pasted.stderr);
     assert!(
-        stderr.starts_with("note: ignoring 11 kube-controller-manager flags: "),
+        stderr.starts_with("note: ignoring 8 kube-controller-manager flags: "),
         "{stderr}"
     );
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
@@ -584,7 +602,8 @@ fn startup_line_in_json() {
         "--metrics-bind-address=0",
         "--health-probe-bind-address=127.0.0.1:0",
         "--logging-format=json",
-        "--secure-port=10257",
+        "--secure-port=0",
+        "--tls-min-version=VersionTLS13",
         "--profiling=false",
         "-v",
         "2",
@@ -636,7 +655,7 @@ fn startup_line_in_json() {
         .unwrap_or_else(|| panic!("no ignored-flag line: {stderr}"));
     let msg = ignored["msg"].as_str().unwrap_or_default();
     assert!(
-        msg.contains("--secure-port=10257") && msg.contains("--profiling=false"),
+        msg.contains("--tls-min-version=VersionTLS13") && msg.contains("--profiling=false"),
         "{msg}"
     );
     println!("{stderr}");
@@ -653,6 +672,7 @@ fn startup_line_names_the_node_pools() {
         "--leader-elect=false",
         "--metrics-bind-address=0",
         "--health-probe-bind-address=0",
+        "--secure-port=0",
         "--logging-format=json",
         "--cidr-allocator-type=CloudAllocator",
         "--node-cidr-mask-size-rule=agentpool=big:ipv4=23",

@@ -119,6 +119,18 @@ pub fn config_for_url(url: &str) -> Result<Config, Error> {
     Ok(config)
 }
 
+/// The configuration of a kubeconfig file's current context (no `--master` override), with the
+/// same checks and finishing as [`config_from_flags`] (`--authentication-kubeconfig`,
+/// `--authorization-kubeconfig`).
+///
+/// # Errors
+/// [`Error::ClientConfig`] naming the file.
+pub async fn config_from_kubeconfig(path: &Path) -> Result<Config, Error> {
+    let mut config = from_kubeconfig_file(path, None).await?;
+    finish(&mut config)?;
+    Ok(config)
+}
+
 fn finish(config: &mut Config) -> Result<(), Error> {
     config.default_retry = false;
     let agent = HeaderValue::from_static(USER_AGENT_VALUE);

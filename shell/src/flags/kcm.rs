@@ -71,9 +71,6 @@ pub enum Handling {
     Implemented(&'static str),
     /// Accepted, listed once at start-up as ignored, with this reason.
     Ignored(&'static str),
-    /// Accepted and ignored until this controller serves its endpoints over HTTPS with
-    /// delegated authentication and authorization (issue 9).
-    UntilSecureServing,
 }
 
 /// One kube-controller-manager / cloud-controller-manager flag (or one of ours, [`Source::Ours`]).
@@ -92,14 +89,18 @@ pub struct KcmFlag {
 const OTHER_CONTROLLER: &str = "configures a controller this process does not run";
 const CLOUD: &str =
     "this controller uses no cloud provider (CloudAllocator's sizes come from the Nodes' labels)";
-const SERVING_REASON: &str = "secure serving is not implemented yet (issue 9); /metrics, /healthz and /readyz are served over HTTP on --metrics-bind-address and --health-probe-bind-address";
+const CLIENT_CERT_AUTH: &str = "the secure port authenticates bearer tokens only (TokenReview); client-certificate and front-proxy request-header authentication are not supported, so the `extension-apiserver-authentication` ConfigMap is not read";
+const REVIEW_CACHE: &str =
+    "the secure port caches TokenReview and SubjectAccessReview answers for kcm's default, 10 s";
+const TLS_DEFAULTS: &str = "the secure port uses rustls's defaults: TLS 1.2 and 1.3 with their safe cipher suites and key-exchange groups";
+const HTTP1_ONLY: &str = "the secure port serves HTTP/1.1 only";
 const METRICS: &str = "this controller's metric set is fixed (see README, Metrics)";
 const LOG_STREAM: &str = "every log line goes to stderr, unbuffered";
 const PROFILING: &str = "no /debug/pprof endpoint is served";
 const KLOG_REMOVED: &str =
     "klog flag removed from kube-controller-manager in 1.26; logs go to stderr";
 
-use Handling::{Ignored, Implemented, UntilSecureServing};
+use Handling::{Ignored, Implemented};
 use Source::{AzureCcm, Both, Ccm, Kcm, KcmRemoved, Ours};
 use Takes::{Bool, Value};
 
@@ -153,41 +154,76 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
         Kcm,
         Ignored(OTHER_CONTROLLER),
     ),
-    flag("authentication-kubeconfig", Value, Both, UntilSecureServing),
-    flag("authentication-skip-lookup", Bool, Both, UntilSecureServing),
+    flag(
+        "authentication-kubeconfig",
+        Value,
+        Both,
+        Implemented(
+            "as kcm: the kubeconfig of the API server that answers the secure port's TokenReviews (default: the controller's own client)",
+        ),
+    ),
+    flag(
+        "authentication-skip-lookup",
+        Bool,
+        Both,
+        Ignored(CLIENT_CERT_AUTH),
+    ),
     flag(
         "authentication-token-webhook-cache-ttl",
         Value,
         Both,
-        UntilSecureServing,
+        Ignored(REVIEW_CACHE),
     ),
     flag(
         "authentication-tolerate-lookup-failure",
         Bool,
         Both,
-        UntilSecureServing,
+        Ignored(CLIENT_CERT_AUTH),
     ),
     flag(
         "authorization-always-allow-paths",
         Value,
         Both,
-        UntilSecureServing,
+        Implemented(
+            "as kcm: paths the secure port serves without a token (default `/healthz,/readyz,/livez`; a trailing `*` matches a prefix)",
+        ),
     ),
-    flag("authorization-kubeconfig", Value, Both, UntilSecureServing),
+    flag(
+        "authorization-kubeconfig",
+        Value,
+        Both,
+        Implemented(
+            "as kcm: the kubeconfig of the API server that answers the secure port's SubjectAccessReviews (default: the controller's own client)",
+        ),
+    ),
     flag(
         "authorization-webhook-cache-authorized-ttl",
         Value,
         Both,
-        UntilSecureServing,
+        Ignored(REVIEW_CACHE),
     ),
     flag(
         "authorization-webhook-cache-unauthorized-ttl",
         Value,
         Both,
-        UntilSecureServing,
+        Ignored(REVIEW_CACHE),
     ),
-    flag("bind-address", Value, Both, UntilSecureServing),
-    flag("cert-dir", Value, Both, UntilSecureServing),
+    flag(
+        "bind-address",
+        Value,
+        Both,
+        Implemented(
+            "as kcm: the IP the secure port listens on (default `0.0.0.0`; empty or unspecified listens on every interface)",
+        ),
+    ),
+    flag(
+        "cert-dir",
+        Value,
+        Both,
+        Ignored(
+            "without `--tls-cert-file` the self-signed certificate is kept in memory, never written to a directory",
+        ),
+    ),
     // kcm's `CloudAllocator` "uses cloud platform support to do node CIDR range allocations"
     // (`pkg/controller/nodeipam/ipam/cidr_allocator.go`); ours is cloud-provider-azure's.
     flag(
@@ -198,7 +234,7 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
             "`RangeAllocator` (the default: every Node gets the node CIDR mask size) or `CloudAllocator` (per-Node sizes from `--node-cidr-mask-size-rule` and the mask labels, as cloud-provider-azure's allocator sizes its node pools; kcm's `CloudAllocator` takes the ranges from the cloud instead); any other type exits 2",
         ),
     ),
-    flag("client-ca-file", Value, Both, UntilSecureServing),
+    flag("client-ca-file", Value, Both, Ignored(CLIENT_CERT_AUTH)),
     flag("cloud-config", Value, Both, Ignored(CLOUD)),
     flag("cloud-config-key", Value, AzureCcm, Ignored(CLOUD)),
     flag("cloud-config-secret-name", Value, AzureCcm, Ignored(CLOUD)),
@@ -455,7 +491,7 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
         Kcm,
         Ignored(OTHER_CONTROLLER),
     ),
-    flag("disable-http2-serving", Bool, Both, UntilSecureServing),
+    flag("disable-http2-serving", Bool, Both, Ignored(HTTP1_ONLY)),
     flag("disabled-metrics", Value, Both, Ignored(METRICS)),
     flag(
         "enable-dynamic-provisioning",
@@ -526,7 +562,7 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
         Value,
         Ours,
         Implemented(
-            "`/healthz`, `/livez` and `/readyz` over HTTP (default `0.0.0.0:8081`; `0` turns it off)",
+            "`/healthz`, `/livez` and `/readyz` over plain HTTP, for local use (default `0.0.0.0:8081`; `0` turns it off); in a cluster, probe `--secure-port`",
         ),
     ),
     flag(
@@ -563,7 +599,7 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
         "http2-max-streams-per-connection",
         Value,
         Both,
-        UntilSecureServing,
+        Ignored(HTTP1_ONLY),
     ),
     flag(
         "kube-api-burst",
@@ -709,7 +745,7 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
         Value,
         Ours,
         Implemented(
-            "Prometheus `/metrics` over HTTP (default `0.0.0.0:8080`; `0` turns it off); kcm serves its metrics on `--secure-port`",
+            "Prometheus `/metrics` over plain HTTP **without authentication**, for local use (default `0.0.0.0:8080`; `0` turns it off); in a cluster, scrape the authenticated `--secure-port`, as kcm serves its metrics",
         ),
     ),
     flag(
@@ -827,8 +863,20 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
         Ignored("deprecated no-op upstream"),
     ),
     flag("one-output", Bool, KcmRemoved, Ignored(KLOG_REMOVED)),
-    flag("permit-address-sharing", Bool, Both, UntilSecureServing),
-    flag("permit-port-sharing", Bool, Both, UntilSecureServing),
+    flag(
+        "permit-address-sharing",
+        Bool,
+        Both,
+        Ignored(
+            "the secure port's listener (tokio) always sets SO_REUSEADDR, as this flag does in kcm",
+        ),
+    ),
+    flag(
+        "permit-port-sharing",
+        Bool,
+        Both,
+        Ignored("SO_REUSEPORT is never set: one process owns the secure port"),
+    ),
     flag(
         "pod-eviction-timeout",
         Value,
@@ -888,32 +936,37 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
         "requestheader-allowed-names",
         Value,
         Both,
-        UntilSecureServing,
+        Ignored(CLIENT_CERT_AUTH),
     ),
     flag(
         "requestheader-client-ca-file",
         Value,
         Both,
-        UntilSecureServing,
+        Ignored(CLIENT_CERT_AUTH),
     ),
     flag(
         "requestheader-extra-headers-prefix",
         Value,
         Both,
-        UntilSecureServing,
+        Ignored(CLIENT_CERT_AUTH),
     ),
     flag(
         "requestheader-group-headers",
         Value,
         Both,
-        UntilSecureServing,
+        Ignored(CLIENT_CERT_AUTH),
     ),
-    flag("requestheader-uid-headers", Value, Both, UntilSecureServing),
+    flag(
+        "requestheader-uid-headers",
+        Value,
+        Both,
+        Ignored(CLIENT_CERT_AUTH),
+    ),
     flag(
         "requestheader-username-headers",
         Value,
         Both,
-        UntilSecureServing,
+        Ignored(CLIENT_CERT_AUTH),
     ),
     flag(
         "resource-quota-sync-period",
@@ -934,7 +987,14 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
         Kcm,
         Ignored(OTHER_CONTROLLER),
     ),
-    flag("secure-port", Value, Both, UntilSecureServing),
+    flag(
+        "secure-port",
+        Value,
+        Both,
+        Implemented(
+            "as kcm: HTTPS for `/healthz`, `/livez`, `/readyz` and `/metrics` with delegated authentication (TokenReview) and authorization (SubjectAccessReview), answers cached 10 s (default 10257; `0` turns it off; see docs/operations.md)",
+        ),
+    ),
     flag(
         "service-account-private-key-file",
         Value,
@@ -962,12 +1022,31 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
         Kcm,
         Ignored(OTHER_CONTROLLER),
     ),
-    flag("tls-cert-file", Value, Both, UntilSecureServing),
-    flag("tls-cipher-suites", Value, Both, UntilSecureServing),
-    flag("tls-curve-preferences", Value, Both, UntilSecureServing),
-    flag("tls-min-version", Value, Both, UntilSecureServing),
-    flag("tls-private-key-file", Value, Both, UntilSecureServing),
-    flag("tls-sni-cert-key", Value, Both, UntilSecureServing),
+    flag(
+        "tls-cert-file",
+        Value,
+        Both,
+        Implemented(
+            "as kcm: the PEM serving certificate (and intermediates), re-read every minute; without it and `--tls-private-key-file`, a self-signed certificate for `localhost` is generated in memory",
+        ),
+    ),
+    flag("tls-cipher-suites", Value, Both, Ignored(TLS_DEFAULTS)),
+    flag("tls-curve-preferences", Value, Both, Ignored(TLS_DEFAULTS)),
+    flag("tls-min-version", Value, Both, Ignored(TLS_DEFAULTS)),
+    flag(
+        "tls-private-key-file",
+        Value,
+        Both,
+        Implemented("as kcm: the PEM private key of `--tls-cert-file` (give both or neither)"),
+    ),
+    flag(
+        "tls-sni-cert-key",
+        Value,
+        Both,
+        Ignored(
+            "the secure port serves one certificate (`--tls-cert-file` or the self-signed one) whatever the SNI name",
+        ),
+    ),
     flag(
         "unhealthy-zone-threshold",
         Value,
@@ -1057,7 +1136,6 @@ pub fn ignored_reason(flag: &KcmFlag) -> Option<&'static str> {
     match flag.handling {
         Implemented(_) => None,
         Ignored(reason) => Some(reason),
-        UntilSecureServing => Some(SERVING_REASON),
     }
 }
 
@@ -1100,9 +1178,8 @@ pub struct GivenIgnoredFlag {
 
 /// The ignored flags whose pflag type collects repeated values (`stringSlice`, `mapStringBool`,
 /// `stringToString`, `namedCertKey`, `int32Slice`); every other flag keeps its last value.
-const LIST_FLAGS: [&str; 14] = [
+const LIST_FLAGS: [&str; 13] = [
     "allow-metric-labels",
-    "authorization-always-allow-paths",
     "disabled-metrics",
     "feature-gates",
     "requestheader-allowed-names",
@@ -1194,7 +1271,6 @@ pub fn markdown_table() -> String {
         let here = match f.handling {
             Implemented(how) => format!("**implemented**: {how}"),
             Ignored(reason) => format!("ignored: {reason}"),
-            UntilSecureServing => "ignored until secure serving lands (issue 9)".to_owned(),
         };
         out.push_str(&format!("| {name} | {} | {here} |\n", f.source.label()));
     }

@@ -106,6 +106,10 @@ pub mod num_bounds {
         const MIN_TEXT: &'static str = "0";
         const MAX_TEXT: &'static str = "255";
     }
+    impl Bounds for u16 {
+        const MIN_TEXT: &'static str = "0";
+        const MAX_TEXT: &'static str = "65535";
+    }
     impl Bounds for u32 {
         const MIN_TEXT: &'static str = "0";
         const MAX_TEXT: &'static str = "4294967295";
