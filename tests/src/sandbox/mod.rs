@@ -17,6 +17,8 @@
 //! - request deadlines as `WithRequestDeadline` sets them (the `timeout` query parameter, else
 //!   60 s; WATCH exempt): nothing is run or committed past a request's deadline, however a fault
 //!   holds it ([`deadline`]);
+//! - `TokenReview` and `SubjectAccessReview` answered from a static table
+//!   ([`SandboxHandle::set_access_table`], [`reviews`]), for delegated-auth tests;
 //! - faults ([`FaultAction`]): errors, 429, hangs, delays, commit-then-fail and late writes
 //!   (committed after the client got a timeout or lost its connection); dropped watches.
 //!
@@ -52,6 +54,7 @@ pub mod options;
 pub mod patch;
 pub mod replicate;
 pub mod resource;
+pub mod reviews;
 pub mod select;
 pub mod server;
 pub mod status;
@@ -73,6 +76,7 @@ pub use faults::{FaultAction, FaultRule, LateAnswer};
 pub use log::{LateWriteOutcome, RequestRecord};
 pub use replicate::Replicas;
 pub use resource::{Resource, Verb};
+pub use reviews::{AccessTable, Subject};
 pub use server::{InFlight, Summary};
 pub use status::{ApiError, Cause};
 pub use store::{ChangeType, Commit, CommitObserver, Key, NodeStats};
@@ -230,6 +234,7 @@ impl Sandbox {
             stats: Stats::default(),
             watch_list: options.watch_list,
             in_flight: Default::default(),
+            access: Mutex::new(reviews::AccessTable::default()),
         });
         let app = axum::Router::new()
             .fallback(server::handle)
@@ -330,6 +335,16 @@ impl SandboxHandle {
 
     fn store(&self) -> std::sync::MutexGuard<'_, Store> {
         self.shared.store()
+    }
+
+    /// Replace the table TokenReviews and SubjectAccessReviews are answered from (see
+    /// [`reviews`]; empty at start: every token rejected, nothing allowed).
+    pub fn set_access_table(&self, table: AccessTable) {
+        *self
+            .shared
+            .access
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = table;
     }
 
     /// Current global resourceVersion.

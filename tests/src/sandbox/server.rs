@@ -58,6 +58,8 @@ pub struct Shared {
     /// Resource requests other than WATCH whose handling has not finished (answered, or
     /// abandoned by their client), and late writes not run yet.
     pub in_flight: InFlightCounters,
+    /// Tokens and grants for TokenReview / SubjectAccessReview ([`super::reviews`]).
+    pub access: Mutex<super::reviews::AccessTable>,
 }
 
 /// What may still change the store on behalf of a request (see [`InFlight`]).
@@ -720,7 +722,8 @@ fn dispatch(shared: &Arc<Shared>, call: &Call) -> Result<Reply, ApiError> {
     }
 }
 
-/// `/version`, `/healthz`, `/api`, `/apis` and the `/sandbox/...` admin endpoints.
+/// `/version`, `/healthz`, `/api`, `/apis`, the review endpoints ([`super::reviews`]) and the
+/// `/sandbox/...` admin endpoints.
 fn non_resource(
     shared: &Arc<Shared>,
     method: &Method,
@@ -746,6 +749,19 @@ fn non_resource(
                 200,
                 &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}),
             ))
+        }
+        p if super::reviews::is_review_path(p) => {
+            let table = shared
+                .access
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            Some(
+                match super::reviews::answer(&table, method.as_str(), p, body) {
+                    Ok(review) => json_response(201, &review),
+                    Err(e) => error_response(&e),
+                },
+            )
         }
         p if p.starts_with("/sandbox/") && shared.admin => Some(admin(shared, method, p, body)),
         _ => None,
