@@ -1,0 +1,98 @@
+//! The `deploy/` manifests as the tests read them: rendered by `kubectl kustomize` (what
+//! operators apply), or — where kubectl is missing and `NODEIPAM_REQUIRE_KUBECTL` is unset — the
+//! files the kustomizations list, read as they are. `.ci/run` sets `NODEIPAM_REQUIRE_KUBECTL=1`,
+//! so CI always checks the rendered form.
+#![allow(clippy::unwrap_used, dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::Deserialize as _;
+use serde_json::Value;
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The documents of the kustomization in `dir` (relative to the repository root).
+pub fn rendered(dir: &str) -> Vec<Value> {
+    let path = repo_root().join(dir);
+    match Command::new("kubectl").arg("kustomize").arg(&path).output() {
+        Ok(out) if out.status.success() => {
+            documents(&String::from_utf8(out.stdout).expect("kubectl prints UTF-8"))
+        }
+        Ok(out) => panic!(
+            "kubectl kustomize {dir} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(e) => {
+            assert!(
+                std::env::var_os("NODEIPAM_REQUIRE_KUBECTL").is_none(),
+                "NODEIPAM_REQUIRE_KUBECTL is set but kubectl cannot run: {e}"
+            );
+            eprintln!("kubectl cannot run ({e}): reading the listed files of {dir} unrendered");
+            listed_files(&path)
+        }
+    }
+}
+
+/// Every document of a multi-document YAML text, as JSON values (empty documents skipped).
+pub fn documents(text: &str) -> Vec<Value> {
+    serde_yaml_ng::Deserializer::from_str(text)
+        .map(|doc| Value::deserialize(doc).expect("valid YAML"))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// The resources (files, or directories with their own kustomization) and components a
+/// kustomization lists, read without kustomize's transformations.
+fn listed_files(dir: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(dir.join("kustomization.yaml")).unwrap();
+    let kustomization = documents(&text).remove(0);
+    let mut out = Vec::new();
+    for key in ["resources", "components"] {
+        for entry in kustomization[key].as_array().into_iter().flatten() {
+            let path = dir.join(entry.as_str().unwrap());
+            if path.is_dir() {
+                out.extend(listed_files(&path));
+            } else {
+                out.extend(documents(&std::fs::read_to_string(&path).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+/// The documents of `kind`.
+pub fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+/// The one document of `kind` named `name`.
+pub fn named<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    let found: Vec<&Value> = docs
+        .iter()
+        .filter(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .collect();
+    assert_eq!(found.len(), 1, "exactly one {kind} {name}");
+    found[0]
+}
+
+/// Deserialises `doc` into `T` and back, and requires the same JSON: a misspelt or misplaced
+/// field (which serde would silently drop) or a value of the wrong shape fails.
+pub fn round_trip<T: serde::de::DeserializeOwned + serde::Serialize>(doc: &Value) -> T {
+    let typed: T = serde_json::from_value(doc.clone()).unwrap_or_else(|e| {
+        panic!(
+            "{} {}: does not deserialise: {e}",
+            doc["kind"], doc["metadata"]["name"]
+        )
+    });
+    let back = serde_json::to_value(&typed).unwrap();
+    assert_eq!(
+        &back, doc,
+        "{} {}: fields lost or changed in the typed round trip",
+        doc["kind"], doc["metadata"]["name"]
+    );
+    typed
+}
