@@ -106,7 +106,7 @@ impl Grant {
             .iter()
             .flatten()
             .any(|r| *r == call.resource);
-        let verbs = self.rule.verbs.iter().any(|v| *v == call.verb);
+        let verbs = self.rule.verbs.contains(&call.verb);
         let names = match &self.rule.resource_names {
             None => true,
             Some(names) if names.is_empty() => true,
