@@ -5,7 +5,8 @@
 # binary is at most 15 MB, that it needs nothing newer than the final image's glibc, and that it
 # starts — `--version`, then the secure port answering over TLS — as user 65532 inside an empty
 # root filesystem holding only what the final image holds for it (the binary, glibc's loader and
-# libraries, libgcc_s).
+# libraries, libgcc_s, the CA bundle — the kube client's TLS stack refuses to start without one,
+# which is one reason this is not `scratch`).
 #
 # Why distroless/cc and not scratch: the binary links glibc (ring's C/assembly parts and std use
 # it); a static musl build would need a musl C toolchain in CI and changes the allocator. The cc
