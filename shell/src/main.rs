@@ -308,8 +308,11 @@ async fn start_secure_serving(
     };
     let listener = serving.bind().await?;
     let address = listener.local_addr().unwrap_or(serving.address);
-    let certificate = match serving.certificate {
-        nodeipam::serving::ServingCertificate::Files => "--tls-cert-file",
+    let certificate = match &serving.certificate {
+        nodeipam::serving::ServingCertificate::Files { files } => {
+            servers.spawn(files.clone().watch(nodeipam::serving::RELOAD_INTERVAL));
+            "--tls-cert-file (re-read every minute)"
+        }
         nodeipam::serving::ServingCertificate::SelfSigned { .. } => "self-signed (in memory)",
     };
     tracing::info!(%address, certificate, "serving /healthz, /readyz, /livez and /metrics over HTTPS with delegated authentication and authorization");

@@ -3,7 +3,8 @@
 //! SubjectAccessReviews answered by the sandbox from a static table:
 //! no token → 401, a token the API server rejects → 401, a token without permission → 403, an
 //! allowed token → the metrics text; the health paths open to anyone; an unreachable reviewer
-//! denies (401 / 500) while health stays open; certificate files are served as given.
+//! denies (401 / 500) while health stays open; certificate files are served as given and
+//! re-read when rotated.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -284,15 +285,29 @@ async fn certificate_files_are_served_as_given() {
         &sb.client(),
     )
     .await;
-    assert!(matches!(
-        serving.certificate,
-        nodeipam::serving::ServingCertificate::Files
-    ));
+    let nodeipam::serving::ServingCertificate::Files { files } = serving.certificate.clone() else {
+        panic!("served from the files");
+    };
     let health = Health::new();
     health.set_ready(true);
     let server = secure::start(serving, health, Some(pair.cert.der().clone())).await;
     let answer = secure::get(&server, "/readyz", None).await;
     assert_eq!((answer.status, answer.body.as_str()), (200, "ok"));
+
+    // Rotated files (as cert-manager does) are served from the next handshake after a reload;
+    // the periodic reload is `CertificateFiles::watch`, here called directly.
+    let rotated = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    std::fs::write(&cert, rotated.cert.pem()).unwrap();
+    std::fs::write(&key, rotated.signing_key.serialize_pem()).unwrap();
+    assert!(secure::handshake_ok(&server).await, "not reloaded yet");
+    assert!(files.reload().unwrap());
+    let new_view = server.trusting(rotated.cert.der().clone());
+    assert!(secure::handshake_ok(&new_view).await);
+    assert_eq!(secure::get(&new_view, "/healthz", None).await.status, 200);
+    assert!(
+        !secure::handshake_ok(&server).await,
+        "the old certificate is no longer served"
+    );
 
     let error = secure::try_resolve(
         &[&format!("--tls-cert-file={}", cert.display())],

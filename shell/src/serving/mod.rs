@@ -43,7 +43,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 
 pub use auth::{AlwaysAllowPaths, CacheTtls, DelegatedAuth, Verdict};
 pub use server::serve;
-pub use tls::ServingCertificate;
+pub use tls::{CertificateFiles, RELOAD_INTERVAL, ServingCertificate};
 
 use crate::controller::Health;
 

@@ -6,12 +6,19 @@
 //! stay read-only. Keys are ECDSA P-256 (ring generates no RSA keys); TLS 1.2 and 1.3 with
 //! rustls's default cipher suites; ALPN `http/1.1`.
 //!
-//! Certificate files are read once at start-up: after rotating them, restart the Pod (kcm reloads
-//! them; see the operator guide).
+//! Certificate files are re-read every [`RELOAD_INTERVAL`] (kcm's dynamic serving certificate
+//! checks its files every minute, `dynamiccertificates` `FileRefreshDuration`): a rotated pair
+//! (e.g. by cert-manager) is served from the next handshake on; a pair that does not load (half
+//! written, key not matching) is logged and the previous one stays in use.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use rustls::crypto::CryptoProvider;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -23,11 +30,17 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
 use super::ServingError;
 
+/// How often the certificate files are checked for a new pair.
+pub const RELOAD_INTERVAL: Duration = Duration::from_secs(60);
+
 /// Where the serving certificate came from.
 #[derive(Debug, Clone)]
 pub enum ServingCertificate {
-    /// `--tls-cert-file` / `--tls-private-key-file`.
-    Files,
+    /// `--tls-cert-file` / `--tls-private-key-file`, re-read by [`CertificateFiles::watch`].
+    Files {
+        /// The files and the pair currently served.
+        files: Arc<CertificateFiles>,
+    },
     /// Generated in memory; `ca` (DER) signed the serving certificate, so a client that trusts it
     /// can verify the server.
     SelfSigned {
@@ -49,29 +62,155 @@ pub fn server_config(
     key_file: Option<&Path>,
     bind_ip: Option<IpAddr>,
 ) -> Result<(Arc<ServerConfig>, ServingCertificate), ServingError> {
-    let (chain, key, source) = match (cert_file, key_file) {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(ServingError::Tls)?
+        .with_no_client_auth();
+    let (mut config, source) = match (cert_file, key_file) {
         (Some(cert), Some(key)) => {
-            let (chain, key) = read_files(cert, key)?;
-            (chain, key, ServingCertificate::Files)
+            let files = Arc::new(CertificateFiles::load(cert, key, provider)?);
+            (
+                builder.with_cert_resolver(files.clone()),
+                ServingCertificate::Files { files },
+            )
         }
         (None, None) => {
             let (chain, key, ca) = self_signed(bind_ip).map_err(ServingError::SelfSigned)?;
-            (chain, key, ServingCertificate::SelfSigned { ca })
+            let config = builder
+                .with_single_cert(chain, key)
+                .map_err(ServingError::Tls)?;
+            (config, ServingCertificate::SelfSigned { ca })
         }
         _ => return Err(ServingError::CertificatePair),
     };
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(ServingError::Tls)?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .map_err(ServingError::Tls)?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok((Arc::new(config), source))
 }
 
-fn read_files(
+/// The certificate files and the pair last loaded from them (served to every handshake).
+#[derive(Debug)]
+pub struct CertificateFiles {
+    cert: PathBuf,
+    key: PathBuf,
+    provider: Arc<CryptoProvider>,
+    /// (certificate file bytes, key file bytes, the pair built from them).
+    current: RwLock<(Vec<u8>, Vec<u8>, Arc<CertifiedKey>)>,
+}
+
+impl CertificateFiles {
+    fn load(
+        cert: &Path,
+        key: &Path,
+        provider: Arc<CryptoProvider>,
+    ) -> Result<CertificateFiles, ServingError> {
+        let (cert_pem, key_pem, pair) = read_pair(cert, key, &provider)?;
+        Ok(CertificateFiles {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            provider,
+            current: RwLock::new((cert_pem, key_pem, Arc::new(pair))),
+        })
+    }
+
+    /// The pair served now.
+    pub fn current(&self) -> Arc<CertifiedKey> {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .2
+            .clone()
+    }
+
+    /// Re-reads both files: `Ok(true)` if their contents changed and make a valid pair (served
+    /// from the next handshake), `Ok(false)` if unchanged.
+    ///
+    /// # Errors
+    /// The [`ServingError`] of a pair that does not load; the previous pair stays in use.
+    pub fn reload(&self) -> Result<bool, ServingError> {
+        let cert_pem = std::fs::read(&self.cert).map_err(|e| ServingError::CertificateFile {
+            flag: "--tls-cert-file",
+            path: self.cert.clone(),
+            message: e.to_string(),
+        })?;
+        let key_pem = std::fs::read(&self.key).map_err(|e| ServingError::CertificateFile {
+            flag: "--tls-private-key-file",
+            path: self.key.clone(),
+            message: e.to_string(),
+        })?;
+        {
+            let current = self.current.read().unwrap_or_else(PoisonError::into_inner);
+            if current.0 == cert_pem && current.1 == key_pem {
+                return Ok(false);
+            }
+        }
+        let pair = parse_pair(&cert_pem, &key_pem, &self.cert, &self.key, &self.provider)?;
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) =
+            (cert_pem, key_pem, Arc::new(pair));
+        Ok(true)
+    }
+
+    /// Calls [`reload`](Self::reload) every `interval`, forever; logs a new pair at info level
+    /// and a failure as a warning.
+    pub async fn watch(self: Arc<Self>, interval: Duration) {
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks.tick().await;
+        loop {
+            ticks.tick().await;
+            match self.reload() {
+                Ok(true) => {
+                    tracing::info!(cert = %self.cert.display(), "secure port: serving the new certificate")
+                }
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::warn!(%error, "secure port: the certificate files do not load; still serving the previous pair")
+                }
+            }
+        }
+    }
+}
+
+impl ResolvesServerCert for CertificateFiles {
+    fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+fn read_pair(
+    cert: &Path,
+    key: &Path,
+    provider: &CryptoProvider,
+) -> Result<(Vec<u8>, Vec<u8>, CertifiedKey), ServingError> {
+    let cert_pem = std::fs::read(cert).map_err(|e| ServingError::CertificateFile {
+        flag: "--tls-cert-file",
+        path: cert.to_owned(),
+        message: e.to_string(),
+    })?;
+    let key_pem = std::fs::read(key).map_err(|e| ServingError::CertificateFile {
+        flag: "--tls-private-key-file",
+        path: key.to_owned(),
+        message: e.to_string(),
+    })?;
+    let pair = parse_pair(&cert_pem, &key_pem, cert, key, provider)?;
+    Ok((cert_pem, key_pem, pair))
+}
+
+/// The pair in two PEM texts; the key must match the first certificate.
+fn parse_pair(
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    cert: &Path,
+    key: &Path,
+    provider: &CryptoProvider,
+) -> Result<CertifiedKey, ServingError> {
+    let (chain, key_der) = parse_files(cert_pem, key_pem, cert, key)?;
+    CertifiedKey::from_der(chain, key_der, provider).map_err(ServingError::Tls)
+}
+
+fn parse_files(
+    cert_pem: &[u8],
+    key_pem: &[u8],
     cert: &Path,
     key: &Path,
 ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), ServingError> {
@@ -81,9 +220,7 @@ fn read_files(
             path: path.to_owned(),
             message,
         };
-    let pem =
-        std::fs::read(cert).map_err(|e| file_error("--tls-cert-file", cert, e.to_string()))?;
-    let chain = CertificateDer::pem_slice_iter(&pem)
+    let chain = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| file_error("--tls-cert-file", cert, format!("not PEM: {e}")))?;
     if chain.is_empty() {
@@ -93,9 +230,7 @@ fn read_files(
             "holds no CERTIFICATE block".to_owned(),
         ));
     }
-    let pem =
-        std::fs::read(key).map_err(|e| file_error("--tls-private-key-file", key, e.to_string()))?;
-    let key_der = PrivateKeyDer::from_pem_slice(&pem).map_err(|e| {
+    let key_der = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| {
         file_error(
             "--tls-private-key-file",
             key,
@@ -199,7 +334,28 @@ mod tests {
 
         let (_, source) =
             server_config(Some(&cert_file), Some(&key_file), None).expect("a matching pair");
-        assert!(matches!(source, ServingCertificate::Files));
+        let ServingCertificate::Files { files } = source else {
+            panic!("served from the files");
+        };
+        assert_eq!(files.current().cert[0], *pair.cert.der());
+        assert!(
+            !files.reload().expect("unchanged"),
+            "same contents: no reload"
+        );
+        // Rotated: a new pair is served from the next handshake.
+        let rotated =
+            rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("cert");
+        std::fs::write(&cert_file, rotated.cert.pem()).expect("write");
+        std::fs::write(&key_file, rotated.signing_key.serialize_pem()).expect("write");
+        assert!(files.reload().expect("a valid new pair"));
+        assert_eq!(files.current().cert[0], *rotated.cert.der());
+        // Half-rotated (certificate without its key): refused, the previous pair stays.
+        std::fs::write(&cert_file, pair.cert.pem()).expect("write");
+        assert!(matches!(files.reload(), Err(ServingError::Tls(_))));
+        assert_eq!(files.current().cert[0], *rotated.cert.der());
+        std::fs::write(&key_file, pair.signing_key.serialize_pem()).expect("write");
+        assert!(files.reload().expect("the pair is whole again"));
+        assert_eq!(files.current().cert[0], *pair.cert.der());
 
         let mismatch = server_config(Some(&cert_file), Some(&other_key_file), None)
             .expect_err("the key does not match");

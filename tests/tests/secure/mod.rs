@@ -73,7 +73,7 @@ pub async fn start(
     let ca = match (ca, &serving.certificate) {
         (Some(ca), _) => ca,
         (None, ServingCertificate::SelfSigned { ca }) => ca.clone(),
-        (None, ServingCertificate::Files) => panic!("give the CA of the certificate files"),
+        (None, ServingCertificate::Files { .. }) => panic!("give the CA of the certificate files"),
     };
     let router = nodeipam::serving::router(health, metrics_handle(), serving.auth.clone());
     let (stop, stopped) = oneshot::channel::<()>();
@@ -90,6 +90,39 @@ pub async fn start(
         ca,
         stop: Some(stop),
     }
+}
+
+impl Server {
+    /// The same server, as seen by a client that trusts `ca` instead.
+    pub fn trusting(&self, ca: CertificateDer<'static>) -> Server {
+        Server {
+            addr: self.addr,
+            ca,
+            stop: None,
+        }
+    }
+}
+
+fn connector(ca: &CertificateDer<'static>) -> tokio_rustls::TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.clone()).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+/// Whether a TLS handshake verifying `server.ca` for `localhost` succeeds.
+pub async fn handshake_ok(server: &Server) -> bool {
+    let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    connector(&server.ca)
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .is_ok()
 }
 
 /// An answer: status, body text.
@@ -117,18 +150,8 @@ pub async fn get(server: &Server, path: &str, token: Option<&str>) -> Answer {
 
 /// Any method, as [`get`].
 pub async fn request(server: &Server, method: &str, path: &str, token: Option<&str>) -> Answer {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(server.ca.clone()).unwrap();
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
-    let tls = connector
+    let tls = connector(&server.ca)
         .connect(ServerName::try_from("localhost").unwrap(), tcp)
         .await
         .expect("TLS handshake with a verified certificate");
