@@ -331,6 +331,9 @@ fn alerts_cover_usage_exhaustion_and_patch_failures_with_real_metric_names() {
         m::CIDRSET_USAGE_CIDRS,
         m::CIDRSET_ALLOCATION_TRIES_PER_REQUEST,
         m::CIDRSET_MAX_CIDRS,
+        m::CIDRSET_USED_BLOCKS,
+        m::CIDRSET_GRID_MASK_SIZE,
+        m::CIDRSET_LARGEST_FREE_ALIGNED_BLOCKS,
         m::RATE_LIMITER_USE,
         m::WORKQUEUE_DEPTH,
         m::WORKQUEUE_RETRIES_TOTAL,
@@ -427,4 +430,47 @@ fn prometheus_scrapes_the_secure_port_with_its_token() {
     );
     assert_eq!(rules[0].verbs, vec!["get".to_owned()]);
     assert_eq!(of_kind(&docs, "ClusterRoleBinding").len(), 2);
+}
+
+/// The string values of the `pub const NAME: &str = "…";` items of a source file of the shell
+/// crate whose name does not start with one of `skip` (the one place the names are defined).
+fn string_consts(file: &str, skip: &[&str]) -> Vec<String> {
+    let path = deploy::repo_root().join("shell/src").join(file);
+    let source = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    let mut values = Vec::new();
+    for item in source.split("pub const ").skip(1) {
+        let Some((name, rest)) = item.split_once(": &str =") else {
+            continue;
+        };
+        if skip.iter().any(|prefix| name.starts_with(prefix)) {
+            continue;
+        }
+        let value = rest
+            .trim_start()
+            .strip_prefix('"')
+            .and_then(|v| v.split_once('"'))
+            .map(|(value, _)| value.to_owned())
+            .unwrap_or_else(|| panic!("{file}: {name} is not a string literal"));
+        values.push(value);
+    }
+    values
+}
+
+/// The operator guide lists every metric the controller exports and every event reason it
+/// writes, each in backticks (issue 9: "every metric with type, labels, meaning and upstream
+/// name, every event reason").
+#[test]
+fn the_operator_guide_lists_every_metric_and_event_reason() {
+    let guide = std::fs::read_to_string(deploy::repo_root().join("docs/operations.md"))
+        .expect("docs/operations.md");
+    let metrics: Vec<String> = string_consts("metric_names.rs", &["LABEL_"]);
+    let reasons: Vec<String> = string_consts("reasons.rs", &["ACTION_"]);
+    assert!(metrics.len() >= 15, "{metrics:?}");
+    assert!(reasons.len() >= 9, "{reasons:?}");
+    for name in metrics.iter().chain(&reasons) {
+        assert!(
+            guide.contains(&format!("| `{name}` |")),
+            "docs/operations.md has no table row for `{name}`"
+        );
+    }
 }
