@@ -31,6 +31,7 @@ use tokio::sync::watch;
 use super::node::{CachedNode, SlimNode};
 use super::patch::{error_chain, is_client_broken};
 use super::queue::WorkQueue;
+use super::window::WriteWindow;
 use crate::reconcile::NodeName;
 
 /// Page size of the fallback LIST (client-go's pager default).
@@ -214,19 +215,33 @@ type Initial = (
 
 type WatchStream = std::pin::Pin<Box<dyn Stream<Item = kube::Result<WatchEvent<SlimNode>>> + Send>>;
 
-/// Runs the informer until `stop` becomes true: initial state into `cache` (then every name
+/// Where the informer puts what it reads.
+pub struct Outputs {
+    /// Every Node, compact.
+    pub cache: std::sync::Arc<NodeCache>,
+    /// Every Node name that changed (or was listed).
+    pub queue: std::sync::Arc<WorkQueue>,
+    /// Told how far the watch has got, so our writes never run further ahead.
+    pub window: std::sync::Arc<WriteWindow>,
+}
+
+/// Runs the informer until `stop` becomes true: initial state into the cache (then every name
 /// queued, and `synced` bumped), then the watch. API failures are logged and retried with
 /// backoff, as client-go's reflector does; it returns early only when the client itself is broken
 /// (after reporting why on `broken`).
 pub async fn run(
     api: Api<SlimNode>,
-    cache: std::sync::Arc<NodeCache>,
-    queue: std::sync::Arc<WorkQueue>,
+    outputs: Outputs,
     synced: watch::Sender<SyncState>,
     settings: InformerSettings,
     mut stop: watch::Receiver<bool>,
     broken: watch::Sender<Option<String>>,
 ) {
+    let Outputs {
+        cache,
+        queue,
+        window,
+    } = outputs;
     let mut mode = settings.initial_list;
     let mut delay = Backoff::new(settings.retry_min_delay, settings.retry_max_delay);
     'relist: loop {
@@ -262,6 +277,8 @@ pub async fn run(
         for name in cache.replace(fresh) {
             queue.add(name);
         }
+        // A consistent list includes every write acknowledged before it.
+        window.seen(&resource_version);
         tracing::info!(
             nodes = count,
             streamed,
@@ -317,24 +334,27 @@ pub async fn run(
                     }
                     Ok(None) => break,
                     Ok(Some(Ok(WatchEvent::Added(node) | WatchEvent::Modified(node)))) => {
-                        if let Some(rv) = node.metadata.resource_version.clone() {
-                            resource_version = rv;
-                        }
                         if let Some(name) = cache.apply(&node) {
                             queue.add(name);
+                        }
+                        if let Some(rv) = node.metadata.resource_version {
+                            window.seen(&rv);
+                            resource_version = rv;
                         }
                         delay.reset();
                     }
                     Ok(Some(Ok(WatchEvent::Deleted(node)))) => {
-                        if let Some(rv) = node.metadata.resource_version.clone() {
-                            resource_version = rv;
-                        }
                         if let Some(name) = cache.delete(node.name()) {
                             queue.add(name);
+                        }
+                        if let Some(rv) = node.metadata.resource_version {
+                            window.seen(&rv);
+                            resource_version = rv;
                         }
                         delay.reset();
                     }
                     Ok(Some(Ok(WatchEvent::Bookmark(bookmark)))) => {
+                        window.seen(&bookmark.metadata.resource_version);
                         resource_version = bookmark.metadata.resource_version;
                     }
                     Ok(Some(Ok(WatchEvent::Error(status)))) if status.code == 410 => {

@@ -34,6 +34,7 @@ pub mod oplog;
 pub mod patch;
 mod pipeline;
 mod queue;
+pub mod window;
 pub mod worker;
 
 use std::collections::BTreeMap;

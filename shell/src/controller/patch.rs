@@ -18,28 +18,47 @@ use serde_json::Value;
 use super::node::SlimNode;
 use crate::reconcile::{CannotApplyKind, PatchOutcome};
 
+/// How one PATCH ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PatchResult {
+    /// What the API server said, classified.
+    pub outcome: PatchOutcome,
+    /// `metadata.resourceVersion` of the Node the server returned (an applied write only).
+    pub resource_version: Option<String>,
+    /// `Some(why)` when the client itself is broken for good ([`is_client_broken`]).
+    pub broken: Option<String>,
+}
+
 /// Sends the PATCH `body` to Node `name` and waits at most `request_timeout` for the answer (the
-/// server is told the same deadline). The second value is `Some(why)` when
-/// the client itself is broken for good ([`is_client_broken`]).
+/// server is told the same deadline).
 pub async fn patch_pod_cidrs(
     client: &Client,
     field_manager: &str,
     name: &str,
     body: &Value,
     request_timeout: Duration,
-) -> (PatchOutcome, Option<String>) {
+) -> PatchResult {
+    let ended = |outcome, broken| PatchResult {
+        outcome,
+        resource_version: None,
+        broken,
+    };
     let request = match build_request(field_manager, name, body, request_timeout) {
         Ok(request) => request,
-        Err(message) => return (PatchOutcome::NotSent { message }, None),
+        Err(message) => return ended(PatchOutcome::NotSent { message }, None),
     };
     let wait = request_timeout;
     match tokio::time::timeout(wait, client.request::<SlimNode>(request)).await {
-        Ok(Ok(node)) => (PatchOutcome::Applied(node.view()), None),
+        Ok(Ok(node)) => PatchResult {
+            outcome: PatchOutcome::Applied(node.view()),
+            resource_version: node.metadata.resource_version,
+            broken: None,
+        },
         Ok(Err(error)) => {
             let broken = is_client_broken(&error).then(|| error_chain(&error));
-            (classify_error(&error), broken)
+            ended(classify_error(&error), broken)
         }
-        Err(_) => (
+        Err(_) => ended(
             PatchOutcome::Unknown {
                 message: format!("no answer within {wait:?}"),
             },

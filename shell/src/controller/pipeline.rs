@@ -11,6 +11,7 @@ use tokio::sync::watch;
 
 use super::backoff::RetryBackoff;
 use super::informer::{self, InformerSettings, NodeCache, SyncState};
+use super::window::{WRITES_AHEAD_OF_WATCH, WriteWindow};
 use super::worker::{self, Shared, WorkerSettings, WriteGate};
 use super::{CONTROLLER_NAME, ControllerConfig, OwnedTask, RunSummary, WorkQueue, WriteLimiter};
 use crate::reconcile::{Action, Allocator, EventSpec, NodeName, NodeView};
@@ -43,13 +44,17 @@ pub(super) async fn run(
         }
     }
     let queue = Arc::new(WorkQueue::new());
+    let window = Arc::new(WriteWindow::new(WRITES_AHEAD_OF_WATCH));
     let (synced_tx, mut synced) = watch::channel(SyncState::default());
     let (broken_tx, mut broken) = watch::channel::<Option<String>>(None);
     let mut panicked = super::panic_watch();
     let mut informer_task = OwnedTask::spawn(informer::run(
         Api::all(client.clone()),
-        cache.clone(),
-        queue.clone(),
+        informer::Outputs {
+            cache: cache.clone(),
+            queue: queue.clone(),
+            window: window.clone(),
+        },
         synced_tx,
         InformerSettings {
             initial_list: config.initial_list,
@@ -127,6 +132,7 @@ pub(super) async fn run(
             },
         ),
         WriteLimiter::new(config.kube_api_qps, config.kube_api_burst),
+        window,
         health.clone(),
         RetryBackoff::new(config.retry_min_delay, config.retry_max_delay),
         startup_events,

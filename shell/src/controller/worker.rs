@@ -21,6 +21,7 @@ use super::informer::NodeCache;
 use super::leader::Leadership;
 use super::node::SlimNode;
 use super::patch::{self, is_client_broken};
+use super::window::WriteWindow;
 use super::{CONTROLLER_NAME, Health, WorkQueue, WriteLimiter};
 use crate::reconcile::{
     Action, Allocator, Decision, EventKind, EventSpec, MetricEvent, Next, NodeName, PatchOutcome,
@@ -100,6 +101,8 @@ pub struct Shared {
     queue: Arc<WorkQueue>,
     recorder: Recorder,
     limiter: WriteLimiter,
+    /// Bounds our writes ahead of the Node watch.
+    window: Arc<WriteWindow>,
     health: Health,
     backoff: Mutex<RetryBackoff>,
     /// Nodes waiting for a free block (queued again as soon as one is released).
@@ -127,6 +130,7 @@ impl Shared {
         queue: Arc<WorkQueue>,
         recorder: Recorder,
         limiter: WriteLimiter,
+        window: Arc<WriteWindow>,
         health: Health,
         backoff: RetryBackoff,
         startup_events: HashMap<NodeName, Vec<EventSpec>>,
@@ -141,6 +145,7 @@ impl Shared {
             queue,
             recorder,
             limiter,
+            window,
             health,
             backoff: Mutex::new(backoff),
             waiting_for_block: Mutex::new(HashSet::new()),
@@ -368,8 +373,15 @@ impl Shared {
                 tracing::warn!(node = %name, "not writing: this replica no longer holds the Lease");
                 return;
             }
+            // A slot of the write window first: our writes never run further ahead of the
+            // watch than it can follow (no 410 of our own making).
+            let slot = self.window.enter().await;
             self.limiter.acquire().await;
-            let (outcome, broken) = patch::patch_pod_cidrs(
+            let patch::PatchResult {
+                outcome,
+                resource_version,
+                broken,
+            } = patch::patch_pod_cidrs(
                 &self.client,
                 CONTROLLER_NAME,
                 name,
@@ -377,6 +389,7 @@ impl Shared {
                 self.settings.request_timeout,
             )
             .await;
+            self.window.written(slot, resource_version.as_deref());
             if let Some(why) = broken {
                 let _ = self.broken.send(Some(why));
             }

@@ -21,6 +21,8 @@
 //! - `--bookmark-interval-ms MS` (default 5000): idle time before a watch with
 //!   `allowWatchBookmarks` gets a BOOKMARK;
 //! - `--delay-ms MS` (default 0): delay added to every response (changeable via the admin API);
+//! - `--watch-event-delay-ms MS` (default 0): pause before each change a watch sends after its
+//!   initial state (a slow watch stream);
 //! - `--no-watch-list`: answer streaming lists (`sendInitialEvents=true`) as a server with the
 //!   WatchList feature off does (422 Invalid), so clients fall back to a paged LIST;
 //! - `--admin`: serve the admin endpoints below.
@@ -78,6 +80,10 @@ struct Args {
     /// Delay added to every response, in milliseconds (changeable with POST /sandbox/delay).
     #[arg(long, default_value_t = 0, value_name = "MS")]
     delay_ms: u64,
+    /// Pause before each change a watch sends after its initial state, in milliseconds (a slow
+    /// watch stream).
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    watch_event_delay_ms: u64,
     /// Answer streaming lists (watch with sendInitialEvents=true) as a server with the WatchList
     /// feature off: 422 Invalid, so clients fall back to a paged LIST.
     #[arg(long)]
@@ -136,6 +142,7 @@ async fn main() -> ExitCode {
         watch_list: !args.no_watch_list,
         replicas,
         delay: Duration::from_millis(args.delay_ms),
+        watch_event_delay: Duration::from_millis(args.watch_event_delay_ms),
     };
     let sandbox = match Sandbox::try_start(initial, options).await {
         Ok(s) => s,

@@ -117,6 +117,11 @@ pub struct SandboxOptions {
     pub replicas: Vec<Replicas>,
     /// Delay added to every response from the start (see [`SandboxHandle::set_delay`]).
     pub delay: Duration,
+    /// Pause before each change a watch sends after its initial state (0 = none): a watch
+    /// stream that delivers at most about one change per pause, as a slow link or a starved
+    /// watch-cache goroutine does, so that a client writing faster than it is told of its writes
+    /// falls behind the history and gets `410 Gone`.
+    pub watch_event_delay: Duration,
 }
 
 impl Default for SandboxOptions {
@@ -131,6 +136,7 @@ impl Default for SandboxOptions {
             watch_list: true,
             replicas: Vec::new(),
             delay: Duration::ZERO,
+            watch_event_delay: Duration::ZERO,
         }
     }
 }
@@ -235,6 +241,7 @@ impl Sandbox {
             watch_list: options.watch_list,
             in_flight: Default::default(),
             access: Mutex::new(reviews::AccessTable::default()),
+            watch_event_delay: options.watch_event_delay,
         });
         let app = axum::Router::new()
             .fallback(server::handle)

@@ -60,6 +60,8 @@ pub struct Shared {
     pub in_flight: InFlightCounters,
     /// Tokens and grants for TokenReview / SubjectAccessReview ([`super::reviews`]).
     pub access: Mutex<super::reviews::AccessTable>,
+    /// Pause before each change a watch sends after its initial state.
+    pub watch_event_delay: Duration,
 }
 
 /// What may still change the store on behalf of a request (see [`InFlight`]).

@@ -235,6 +235,14 @@ pub fn start(
                 }
                 Ok((changes, current)) => {
                     for c in &changes {
+                        if !shared.watch_event_delay.is_zero() {
+                            // What is gathered goes out first: the pause is the stream's, not
+                            // a buffer's.
+                            if !out.flush().await {
+                                return;
+                            }
+                            tokio::time::sleep(shared.watch_event_delay).await;
+                        }
                         let sent = match filtered(c, &p.selector) {
                             Some(ty) if ty == c.kind => out.push(&c.line()).await,
                             Some(ty) => out.push(&event_line(ty.as_str(), &c.object)).await,
