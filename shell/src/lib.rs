@@ -13,6 +13,7 @@
 //! - [`serving`]: the secure port (HTTPS, delegated authentication and authorization).
 
 pub mod build_info;
+pub mod compact;
 pub mod controller;
 pub mod diagnostics;
 pub mod error;

@@ -40,6 +40,7 @@ use nodeipam_core::{
 };
 use serde_json::{Value, json};
 
+use crate::compact::Uid;
 use crate::node_pools::{MaskSource, NodeMask, Sizing};
 use crate::reasons;
 
@@ -490,7 +491,7 @@ struct SkipInfo {
 struct NodeRecord {
     held: Vec<Cidr>,
     state: RecordState,
-    uid: Option<Box<str>>,
+    uid: Option<Uid>,
     /// The record was last decided on what the API server answered (a GET, a PATCH response),
     /// which can be newer than the informer's copy: until the informer shows this object
     /// ([`NodeRecord::uid`]), its copies of other objects of the name, and its deletions, may be
@@ -500,7 +501,7 @@ struct NodeRecord {
 
 impl NodeRecord {
     fn is_for(&self, uid: Option<&str>) -> bool {
-        self.uid.as_deref() == uid
+        Uid::same(self.uid.as_ref(), uid)
     }
 }
 
@@ -734,9 +735,12 @@ impl Allocator {
     }
 
     /// The uid of the Node object `name`'s record is for (`None` if there is no record or the
-    /// Node had no uid).
-    pub fn record_uid(&self, name: &str) -> Option<&str> {
-        self.nodes.get(name).and_then(|r| r.uid.as_deref())
+    /// Node had no uid), as the API server's text.
+    pub fn record_uid(&self, name: &str) -> Option<String> {
+        self.nodes
+            .get(name)
+            .and_then(|r| r.uid.as_ref())
+            .map(ToString::to_string)
     }
 
     fn decide_view(&mut self, node: &NodeView) -> Decision {

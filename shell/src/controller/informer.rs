@@ -90,15 +90,11 @@ impl NodeCache {
         self.len() == 0
     }
 
-    /// Every cached Node, sorted by name.
-    pub fn snapshot(&self) -> Vec<(NodeName, CachedNode)> {
-        let mut all: Vec<(NodeName, CachedNode)> = self
-            .nodes()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        all.sort_by(|a, b| a.0.cmp(&b.0));
-        all
+    /// Every cached Node's name, sorted.
+    pub fn names(&self) -> Vec<NodeName> {
+        let mut names: Vec<NodeName> = self.nodes().keys().cloned().collect();
+        names.sort();
+        names
     }
 
     /// Stores `node`; returns its name as the cache shares it (`None` for a Node without a name).

@@ -14,7 +14,7 @@ use super::informer::{self, InformerSettings, NodeCache, SyncState};
 use super::window::{WRITES_AHEAD_OF_WATCH, WriteWindow};
 use super::worker::{self, Shared, WorkerSettings, WriteGate};
 use super::{CONTROLLER_NAME, ControllerConfig, OwnedTask, RunSummary, WorkQueue, WriteLimiter};
-use crate::reconcile::{Action, Allocator, EventSpec, NodeName, NodeView};
+use crate::reconcile::{Action, Allocator, EventSpec, NodeName};
 use crate::{Error, metrics as m};
 
 /// Runs informer + workers until `stop`; returns the final state.
@@ -200,6 +200,10 @@ pub(super) async fn run(
         }
         let _ = dispatcher.await;
     }
+    // The Node cache and the queue go before the summary is built (at 50,000 Nodes each is
+    // several MB; the summary copies every held name).
+    drop(cache);
+    drop(queue);
     match outcome {
         Ok(()) => Ok(summary(&allocator)),
         Err((task, reason)) => Err(task_failed(&health, task, reason)),
@@ -253,50 +257,55 @@ async fn refresh_largest_free(allocator: Arc<Mutex<Allocator>>) {
     }
 }
 
-/// Occupies every cached Node's podCIDRs (sorted by name); records the metrics and logs now,
-/// returns the skip and diagnostic events to publish on each Node's first reconcile. The Node
-/// diagnostics ([`crate::diagnostics::node_findings`]) are logged as one warning per kind.
+/// Occupies every cached Node's podCIDRs (sorted by name: the first Node to claim a block keeps
+/// it); records the metrics and logs now, returns the skip and diagnostic events to publish on
+/// each Node's first reconcile. The Node diagnostics ([`crate::diagnostics::node_findings`]) are
+/// logged as one warning per kind. One Node at a time: only the sorted names and the findings are
+/// held, never a copy of every Node or of every decision (at 50,000 Nodes those copies were
+/// ~30 MB at once).
 fn startup_occupy(
     allocator: &Mutex<Allocator>,
     cache: &NodeCache,
     health: &super::Health,
     ipam: &nodeipam_core::IpamConfig,
 ) -> HashMap<NodeName, Vec<EventSpec>> {
-    let snapshot = cache.snapshot();
-    let views: Vec<NodeView> = snapshot
-        .iter()
-        .filter(|(_, node)| !node.needs_pod_cidrs())
-        .map(|(name, node)| node.view(name))
-        .collect();
+    let names = cache.names();
     let mut allocator = allocator.lock().unwrap_or_else(PoisonError::into_inner);
-    let decisions = allocator.startup_occupy(&views);
-    let skipped = decisions
-        .iter()
-        .filter(|(_, d)| matches!(d.action, Action::Skip { .. }))
-        .count();
     let mut events = HashMap::new();
-    let mut other_size = 0usize;
-    for ((name, decision), view) in decisions.iter().zip(&views) {
-        for metric in &decision.metrics {
-            m::apply(metric);
+    let (mut occupied, mut skipped, mut other_size) = (0usize, 0usize, 0usize);
+    let mut findings: Vec<crate::diagnostics::Finding> = Vec::new();
+    for name in &names {
+        let Some((name, node)) = cache.get(name) else {
+            continue;
+        };
+        if node.needs_pod_cidrs() {
+            continue;
         }
-        if let Action::Skip { reason } = &decision.action {
-            tracing::warn!(node = %name, %reason, "skipping Node");
-        }
-        if let Action::Keep { pod_cidrs } = &decision.action
-            && let Some(reason) = allocator.size_mismatch(view, pod_cidrs)
-        {
-            other_size += 1;
-            tracing::info!(node = %name, %reason, "Node keeps a pod CIDR of another size than its node pool's");
-        }
-        if !decision.events.is_empty() {
-            events.insert(name.clone(), decision.events.clone());
+        let view = node.view(&name);
+        findings.extend(crate::diagnostics::node_findings(ipam, &view));
+        for (name, decision) in allocator.startup_occupy(std::slice::from_ref(&view)) {
+            for metric in &decision.metrics {
+                m::apply(metric);
+            }
+            match &decision.action {
+                Action::Skip { reason } => {
+                    tracing::warn!(node = %name, %reason, "skipping Node");
+                    skipped += 1;
+                }
+                Action::Keep { pod_cidrs } => {
+                    occupied += 1;
+                    if let Some(reason) = allocator.size_mismatch(&view, pod_cidrs) {
+                        other_size += 1;
+                        tracing::info!(node = %name, %reason, "Node keeps a pod CIDR of another size than its node pool's");
+                    }
+                }
+                _ => occupied += 1,
+            }
+            if !decision.events.is_empty() {
+                events.insert(name, decision.events);
+            }
         }
     }
-    let findings: Vec<crate::diagnostics::Finding> = views
-        .iter()
-        .flat_map(|view| crate::diagnostics::node_findings(ipam, view))
-        .collect();
     for line in crate::diagnostics::summarize(&findings) {
         tracing::warn!("{line}");
     }
@@ -318,10 +327,10 @@ fn startup_occupy(
     }
     health.set_pools(pools);
     tracing::info!(
-        nodes = snapshot.len(),
-        occupied = decisions.len() - skipped,
+        nodes = names.len(),
+        occupied,
         skipped,
-        waiting = snapshot.len() - decisions.len(),
+        waiting = names.len() - occupied - skipped,
         other_size,
         "start-up occupy done; allocating"
     );

@@ -20,6 +20,9 @@ use tokio::time::Instant;
 use crate::metric_names;
 use crate::reconcile::NodeName;
 
+/// Capacity (names) above which a drained queue gives its room back.
+const SHRINK_ABOVE: usize = 1024;
+
 /// A de-duplicated FIFO of Node names with per-name exclusivity and delayed adds.
 #[derive(Default)]
 pub struct WorkQueue {
@@ -71,6 +74,18 @@ impl State {
                 self.due.remove(&name);
                 self.add(name);
             }
+        }
+    }
+
+    /// After a burst (every Node queued at start-up or after a re-list) the queue is drained:
+    /// give back the room it no longer needs (at 50,000 Nodes the ready list and the dirty set
+    /// held ~2 MB of empty capacity).
+    fn shrink(&mut self) {
+        if self.ready.capacity() > SHRINK_ABOVE {
+            self.ready.shrink_to_fit();
+        }
+        if self.dirty.capacity() > SHRINK_ABOVE && self.dirty.len() < SHRINK_ABOVE / 2 {
+            self.dirty.shrink_to_fit();
         }
     }
 
@@ -140,6 +155,9 @@ impl WorkQueue {
                 if let Some(name) = state.ready.pop_front() {
                     state.dirty.remove(&name);
                     state.processing.insert(name.clone());
+                    if state.ready.is_empty() {
+                        state.shrink();
+                    }
                     Self::report_depth(&state);
                     return Some(name);
                 }

@@ -164,7 +164,7 @@ impl Shared {
         let mut allocator = lock(&self.allocator);
         match cached {
             Some((key, node)) => {
-                let uid = node.uid.clone();
+                let uid = node.uid.as_ref().map(|u| u.to_string().into_boxed_str());
                 (allocator.decide(&node.view(&key)), uid)
             }
             None => (allocator.remove(name), None),
@@ -328,7 +328,7 @@ impl Shared {
     /// The informer's copy of `name` may be older than what the API server last answered for it:
     /// GETs the Node, decides on that, and writes what that decision assigns.
     async fn check_with_server(&self, name: &NodeName) {
-        let record_uid = lock(&self.allocator).record_uid(name).map(str::to_owned);
+        let record_uid = lock(&self.allocator).record_uid(name);
         let Some(decision) = self.reread(name, record_uid.as_deref()).await else {
             self.retry_later(name);
             return;
@@ -407,7 +407,10 @@ impl Shared {
                 return;
             };
             let fresh_uid = match &decision.action {
-                Action::Assign { .. } => self.cache.get(name).and_then(|(_, n)| n.uid),
+                Action::Assign { .. } => self
+                    .cache
+                    .get(name)
+                    .and_then(|(_, n)| n.uid.map(|u| u.to_string())),
                 _ => None,
             };
             self.apply(name, fresh_uid.as_deref().or(uid.as_deref()), &decision)

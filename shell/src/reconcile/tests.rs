@@ -944,7 +944,7 @@ fn the_get_after_a_stale_informer_copy_settles_it() {
     };
     a.patch_outcome("n1", Some("uid-second"), &ours, unknown());
     assert_eq!(a.remove("n1").next, Next::Reread);
-    assert_eq!(a.record_uid("n1"), Some("uid-second"));
+    assert_eq!(a.record_uid("n1").as_deref(), Some("uid-second"));
     let d = a.object_gone("n1", Some("uid-second"));
     assert_eq!(d.action, Action::Released { pod_cidrs: ours });
     assert_eq!(used(&a), vec![0]);
