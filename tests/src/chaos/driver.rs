@@ -183,8 +183,9 @@ fn cluster_spec(ipam: &IpamConfig) -> ClusterSpec {
     ClusterSpec::new(&clusters, &services)
 }
 
-/// The checker's view of a run summary.
-fn controller_view(summary: &RunSummary) -> ControllerView {
+/// The invariant checker's view ([`ControllerView`]: pool usage per cluster CIDR and the CIDRs
+/// held per Node, as text) of a controller's run summary.
+pub fn controller_view(summary: &RunSummary) -> ControllerView {
     ControllerView {
         used: summary
             .pools

@@ -96,7 +96,9 @@ mod driver;
 mod plan;
 
 pub use checks::{AllocationMonitor, Assignment, allocation_problem, check_patches, pool_usage};
-pub use driver::{SETTLE_TIMEOUT, SeedFailure, SeedReport, build_node, run_plan, run_seed};
+pub use driver::{
+    SETTLE_TIMEOUT, SeedFailure, SeedReport, build_node, controller_view, run_plan, run_seed,
+};
 pub use plan::{
     Action, CHURN_LABEL, FINALIZER, ForeignKind, LeaseTiming, NETWORKS, Network, NodeSpec, Plan,
     Step, TEMPLATE_FIXTURES, Template, block, block_count, family_bits, templates,

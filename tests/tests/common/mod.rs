@@ -137,18 +137,7 @@ impl Running {
 
 /// The checker's view of a run summary.
 pub fn view(summary: &RunSummary) -> ControllerView {
-    ControllerView {
-        used: summary
-            .pools
-            .iter()
-            .map(|p| (p.cluster_cidr.to_string(), u64::from(p.used)))
-            .collect(),
-        held: summary
-            .held
-            .iter()
-            .map(|(n, c)| (n.clone(), c.iter().map(ToString::to_string).collect()))
-            .collect(),
-    }
+    nodeipam_tests::chaos::controller_view(summary)
 }
 
 /// Ends a test: the docs/DESIGN.md §3 invariants over the sandbox's Nodes and the controller's summary.
