@@ -132,7 +132,7 @@ pub(super) async fn run(
             },
         ),
         WriteLimiter::new(config.kube_api_qps, config.kube_api_burst),
-        window,
+        window.clone(),
         health.clone(),
         RetryBackoff::new(config.retry_min_delay, config.retry_max_delay),
         startup_events,
@@ -187,8 +187,10 @@ pub(super) async fn run(
         )),
         Err(Ended::Failed(task, reason)) => Err((task, reason)),
     };
-    // Stop taking work; let the in-flight writes finish (each bounded by the request timeout).
+    // Stop taking work; let the in-flight writes finish (each bounded by the request timeout);
+    // writes not yet sent are not sent (they would wait for the watch, which stops now).
     queue.shut_down();
+    window.close();
     gauges.abort();
     if !informer_done {
         informer_task.abort();

@@ -74,16 +74,25 @@ impl WriteWindow {
     }
 
     /// Waits for a free slot: fewer than the window's size of our writes are in flight or unseen.
-    /// While waiting, slots unseen for longer than [`UNSEEN_EXPIRY`] are released.
-    pub async fn enter(&self) -> Slot {
+    /// While waiting, slots unseen for longer than [`UNSEEN_EXPIRY`] are released. `None` once
+    /// the window is closed ([`WriteWindow::close`]): the controller is stopping, write nothing.
+    pub async fn enter(&self) -> Option<Slot> {
         loop {
             let acquire = self.slots.clone().acquire_owned();
             match tokio::time::timeout(UNSEEN_EXPIRY, acquire).await {
-                Ok(Ok(permit)) => return Slot(permit),
-                // The semaphore is never closed; treat it like a timeout.
-                Ok(Err(_)) | Err(_) => self.expire(Instant::now()),
+                Ok(Ok(permit)) => return Some(Slot(permit)),
+                Ok(Err(_closed)) => return None,
+                Err(_) => self.expire(Instant::now()),
             }
         }
+    }
+
+    /// The controller is stopping: writes waiting for a slot, and later ones, get none (and are
+    /// not sent). Without this a stop would wait for the watch — which is stopped first — to
+    /// deliver the writes holding the slots, up to [`UNSEEN_EXPIRY`] (found by the chaos suite:
+    /// controllers that did not stop within 30 s of the signal).
+    pub fn close(&self) {
+        self.slots.close();
     }
 
     /// The write holding `slot` was answered: with the changed object's `resource_version` if it
@@ -164,8 +173,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_write_holds_its_slot_until_the_watch_has_seen_its_version() {
         let window = WriteWindow::new(2);
-        let a = window.enter().await;
-        let b = window.enter().await;
+        let a = window.enter().await.unwrap();
+        let b = window.enter().await.unwrap();
         window.written(a, Some("10"));
         window.written(b, Some("11"));
         let mut third = std::pin::pin!(window.enter());
@@ -185,22 +194,22 @@ mod tests {
     async fn a_write_the_watch_has_already_passed_or_without_a_version_releases_at_once() {
         let window = WriteWindow::new(1);
         window.seen("20");
-        let slot = window.enter().await;
+        let slot = window.enter().await.unwrap();
         window.written(slot, Some("15"));
         assert_eq!(
             window.available(),
             1,
             "the watch delivered it before the answer came"
         );
-        let slot = window.enter().await;
+        let slot = window.enter().await.unwrap();
         window.written(slot, None);
         assert_eq!(window.available(), 1, "not applied");
-        let slot = window.enter().await;
+        let slot = window.enter().await.unwrap();
         window.written(slot, Some("not-a-number"));
         assert_eq!(window.available(), 1, "untracked");
         window.seen("also-not-a-number");
         window.seen("19");
-        let slot = window.enter().await;
+        let slot = window.enter().await.unwrap();
         window.written(slot, Some("21"));
         assert_eq!(
             window.available(),
@@ -212,12 +221,28 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn closing_the_window_frees_writers_waiting_for_a_slot() {
+        let window = Arc::new(WriteWindow::new(1));
+        let held = window.enter().await.unwrap();
+        window.written(held, Some("7"));
+        let waiting = tokio::spawn({
+            let window = window.clone();
+            async move { window.enter().await.is_none() }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "the only slot is taken");
+        window.close();
+        assert!(waiting.await.unwrap(), "a closed window gives no slot");
+        assert!(window.enter().await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn an_unseen_write_is_released_after_the_expiry() {
         let window = WriteWindow::new(1);
-        let slot = window.enter().await;
+        let slot = window.enter().await.unwrap();
         window.written(slot, Some("5"));
         let start = Instant::now();
-        let _slot = window.enter().await;
+        let _slot = window.enter().await.unwrap();
         assert_eq!(start.elapsed(), UNSEEN_EXPIRY);
     }
 }

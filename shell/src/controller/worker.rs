@@ -375,7 +375,10 @@ impl Shared {
             }
             // A slot of the write window first: our writes never run further ahead of the
             // watch than it can follow (no 410 of our own making).
-            let slot = self.window.enter().await;
+            let Some(slot) = self.window.enter().await else {
+                tracing::debug!(node = %name, "stopping: not writing");
+                return;
+            };
             self.limiter.acquire().await;
             let patch::PatchResult {
                 outcome,
