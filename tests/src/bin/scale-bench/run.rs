@@ -316,6 +316,9 @@ async fn controller_run(
         format!("--leader-elect={}", settings.leader_elect),
         format!("--metrics-bind-address=127.0.0.1:{metrics_port}"),
         format!("--health-probe-bind-address=127.0.0.1:{health_port}"),
+        // The plain health/metrics ports above are what the bench reads; kcm's secure port
+        // (10257 by default) would make a run fail whenever something else holds it.
+        "--secure-port=0".to_owned(),
     ];
     if mode != Mode::Default {
         args.push("--kube-api-qps=100000".to_owned());
