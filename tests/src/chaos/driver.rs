@@ -170,8 +170,9 @@ struct OracleCount {
     unserved: Vec<String>,
 }
 
-/// The checker's view of the configuration.
-fn cluster_spec(ipam: &IpamConfig) -> ClusterSpec {
+/// The invariant checker's view ([`ClusterSpec`]: cluster CIDRs with their node mask sizes and
+/// the service CIDRs, as text re-parsed by `ipnet`) of a validated configuration.
+pub fn cluster_spec(ipam: &IpamConfig) -> ClusterSpec {
     let clusters: Vec<(String, u8)> = ipam
         .cluster_cidrs
         .iter()

@@ -97,7 +97,8 @@ mod plan;
 
 pub use checks::{AllocationMonitor, Assignment, allocation_problem, check_patches, pool_usage};
 pub use driver::{
-    SETTLE_TIMEOUT, SeedFailure, SeedReport, build_node, controller_view, run_plan, run_seed,
+    SETTLE_TIMEOUT, SeedFailure, SeedReport, build_node, cluster_spec, controller_view, run_plan,
+    run_seed,
 };
 pub use plan::{
     Action, CHURN_LABEL, FINALIZER, ForeignKind, LeaseTiming, NETWORKS, Network, NodeSpec, Plan,

@@ -45,15 +45,7 @@ pub fn masks(single: Option<u8>, v4: Option<u8>, v6: Option<u8>) -> NodeMaskFlag
 /// The checker's view of the configuration (from the validated config, texts re-parsed by
 /// `ipnet`).
 pub fn spec_of(ipam: &IpamConfig) -> ClusterSpec {
-    let clusters: Vec<(String, u8)> = ipam
-        .cluster_cidrs
-        .iter()
-        .map(|c| (c.cluster_cidr.to_string(), c.node_mask_size))
-        .collect();
-    let services: Vec<String> = ipam.service_cidrs.iter().map(ToString::to_string).collect();
-    let clusters_ref: Vec<(&str, u8)> = clusters.iter().map(|(c, m)| (c.as_str(), *m)).collect();
-    let services_ref: Vec<&str> = services.iter().map(String::as_str).collect();
-    ClusterSpec::new(&clusters_ref, &services_ref)
+    nodeipam_tests::chaos::cluster_spec(ipam)
 }
 
 /// A config for tests: fast retries (20 ms → 500 ms), 2 s request timeout, 1000 qps / burst 1000
