@@ -313,7 +313,8 @@ async fn strategic_merge_sets_pod_cidrs_once_then_422_on_change() {
         json!({"spec": {"podCIDRs": ["10.0.0.0/24", "10.0.1.0/24"]}}),
         json!({"spec": {"podCIDRs": ["10.0.0.0/24", "fd00::/64", "fd01::/64"]}}),
         json!({"spec": {"podCIDRs": ["nonsense"]}}),
-        json!({"spec": {"podCIDR": "10.0.1.0/24", "podCIDRs": ["10.0.0.0/24"]}}),
+        // Strict CIDR validation (on by default since Kubernetes 1.36): no host bits.
+        json!({"spec": {"podCIDRs": ["10.0.0.1/24"]}}),
     ] {
         let (code, reason, _) = api_status(
             nodes
@@ -333,6 +334,21 @@ async fn strategic_merge_sets_pod_cidrs_once_then_422_on_change() {
     assert_eq!(
         n.spec.and_then(|s| s.pod_cidr).as_deref(),
         Some("10.0.0.0/24")
+    );
+    // podCIDR ≠ podCIDRs[0]: not refused; the v1 conversion makes podCIDR authoritative (as the
+    // real kube-apiserver v1.36.3 answers, tests/FIDELITY.md).
+    let third = sb.nodes()[2]["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_owned();
+    let mismatch = json!({"spec": {"podCIDR": "10.0.1.0/24", "podCIDRs": ["10.0.0.0/24"]}});
+    let n = nodes
+        .patch(&third, &PatchParams::default(), &Patch::Merge(&mismatch))
+        .await
+        .expect("podCIDR wins");
+    assert_eq!(
+        n.spec.and_then(|s| s.pod_cidrs),
+        Some(vec!["10.0.1.0/24".to_owned()])
     );
     // 404 for a missing node.
     let (code, reason, _) = api_status(nodes.get("nope").await);

@@ -9,8 +9,34 @@ use super::status::Cause;
 
 const CHANGE_FORBIDDEN: &str = "node updates may not change podCIDR except from \"\" to valid";
 
-/// The v1 ↔ internal conversion: a lone `podCIDR` becomes `podCIDRs: [podCIDR]`, a lone `podCIDRs`
-/// fills `podCIDR` with its first entry.
+/// The v1 → internal conversion of a written Node (`Convert_v1_NodeSpec_To_core_NodeSpec`,
+/// `pkg/apis/core/v1/conversion.go`): when both `podCIDR` and `podCIDRs` are given and `podCIDR`
+/// is not `podCIDRs[0]`, `podCIDR` is authoritative ("for compatibility with older clients"):
+/// `podCIDRs` becomes `[podCIDR]` — so such a write is not refused, it stores one CIDR, and a
+/// write of `podCIDRs` alone over a stored `podCIDR` changes nothing (measured against
+/// kube-apiserver v1.36.3: `tests/FIDELITY.md`). Then [`normalize`].
+pub fn convert(node: &mut Value) {
+    if let Some(spec) = node.get_mut("spec").and_then(Value::as_object_mut) {
+        let single = spec.get("podCIDR").and_then(Value::as_str).unwrap_or("");
+        let first = spec
+            .get("podCIDRs")
+            .and_then(Value::as_array)
+            .and_then(|l| l.first());
+        if let Some(first) = first
+            && !single.is_empty()
+            && first.as_str() != Some(single)
+        {
+            let single = single.to_owned();
+            spec.insert("podCIDRs".into(), json!([single]));
+        }
+    }
+    normalize(node);
+}
+
+/// The two fields made consistent where one is missing: a lone `podCIDR` becomes
+/// `podCIDRs: [podCIDR]`, a lone `podCIDRs` fills `podCIDR` with its first entry. Alone (without
+/// [`convert`]) for the initial NodeList only: it is loaded as stored, so states a real server
+/// could never serve (`podCIDR` ≠ `podCIDRs[0]`) stay available to the hostile-input tests.
 pub fn normalize(node: &mut Value) {
     let Some(spec) = node.get_mut("spec").and_then(Value::as_object_mut) else {
         return;
@@ -65,15 +91,45 @@ fn parse_cidr(s: &str) -> Option<IpNet> {
     IpNet::new(addr, len).ok()
 }
 
-/// `ValidateNode` (spec part): podCIDRs entries valid, at most one per family, at most two, and
-/// `podCIDR == podCIDRs[0]`.
+/// The strict half of `IsValidCIDRForLegacyField` (apimachinery `pkg/util/validation/ip.go`,
+/// `parseCIDR` with strict validation; feature gate `StrictIPCIDRValidation`, beta and on by
+/// default since Kubernetes 1.36, and `ValidateNode` passes no old values to spare): what
+/// `netip.ParsePrefix` refuses after the sloppy parse succeeded, in upstream's order. (Leading 0s
+/// in an IPv4 octet already fail the sloppy parse here — Rust's parser refuses them — so they get
+/// the "must be a valid CIDR value" message, same code, reason and field.)
+fn strict_cidr_problem(text: &str, net: &IpNet) -> Option<&'static str> {
+    let len = text.rsplit_once('/').map_or("", |(_, len)| len);
+    if len.len() > 1 && len.starts_with('0') {
+        return Some("must not have leading 0s in IP or prefix length");
+    }
+    if let IpNet::V6(v6) = net
+        && v6.addr().to_ipv4_mapped().is_some()
+    {
+        return Some("must not have an IPv4-mapped IPv6 address");
+    }
+    (net.addr() != net.network()).then_some("must not have bits set beyond the prefix length")
+}
+
+/// `ValidateNode` (spec part): podCIDRs entries valid (strictly: no host bits, no leading 0s, no
+/// IPv4-mapped IPv6), at most one per family, at most two, and `podCIDR == podCIDRs[0]` (always
+/// true after [`convert`]).
 pub fn validate(node: &Value) -> Vec<Cause> {
     let mut causes = Vec::new();
     let cidrs = pod_cidrs(node);
     let mut families = Vec::new();
     for (i, c) in cidrs.iter().enumerate() {
-        match c.as_str().and_then(parse_cidr) {
-            Some(net) => families.push(matches!(net, IpNet::V4(_))),
+        let text = c.as_str().unwrap_or_default();
+        match parse_cidr(text) {
+            Some(net) => {
+                families.push(matches!(net, IpNet::V4(_)));
+                if let Some(problem) = strict_cidr_problem(text, &net) {
+                    causes.push(Cause::new(
+                        "FieldValueInvalid",
+                        format!("spec.podCIDRs[{i}]"),
+                        format!("Invalid value: {c}: {problem}"),
+                    ));
+                }
+            }
             None => causes.push(Cause::new(
                 "FieldValueInvalid",
                 format!("spec.podCIDRs[{i}]"),
@@ -159,7 +215,7 @@ mod tests {
 
     fn node(spec: Value) -> Value {
         let mut n = json!({"metadata": {"name": "n"}, "spec": spec});
-        normalize(&mut n);
+        convert(&mut n);
         n
     }
 
@@ -169,7 +225,8 @@ mod tests {
             json!({}),
             json!({"podCIDR": "10.0.0.0/24"}),
             json!({"podCIDRs": ["10.0.0.0/24", "fd00::/64"]}),
-            json!({"podCIDRs": ["10.0.0.1/24"]}),
+            // podCIDR is authoritative: this stores ["10.0.1.0/24"].
+            json!({"podCIDR": "10.0.1.0/24", "podCIDRs": ["10.0.0.0/24"]}),
         ];
         for spec in ok {
             assert!(validate(&node(spec.clone())).is_empty(), "{spec}");
@@ -179,7 +236,11 @@ mod tests {
             json!({"podCIDRs": ["10.0.0.0/24", "fd00::/64", "fd01::/64"]}),
             json!({"podCIDRs": ["***HIDDEN***/25"]}),
             json!({"podCIDRs": ["10.0.0.0/33"]}),
-            json!({"podCIDR": "10.0.1.0/24", "podCIDRs": ["10.0.0.0/24"]}),
+            // Strict CIDR validation (Kubernetes 1.36).
+            json!({"podCIDRs": ["10.0.0.1/24"]}),
+            json!({"podCIDRs": ["10.0.0.0/024"]}),
+            json!({"podCIDRs": ["::ffff:10.0.0.0/120"]}),
+            json!({"podCIDRs": ["fd00::1/64"]}),
         ];
         for spec in bad {
             assert!(!validate(&node(spec.clone())).is_empty(), "{spec}");
@@ -206,10 +267,18 @@ mod tests {
     }
 
     #[test]
-    fn normalize_converts_single_to_list() {
+    fn convert_fills_in_and_lets_pod_cidr_win() {
         let n = node(json!({"podCIDR": "10.0.0.0/24"}));
         assert_eq!(n["spec"]["podCIDRs"], json!(["10.0.0.0/24"]));
         let n = node(json!({"podCIDRs": ["fd00::/64"]}));
         assert_eq!(n["spec"]["podCIDR"], json!("fd00::/64"));
+        let n = node(json!({"podCIDR": "10.0.1.0/24", "podCIDRs": ["10.0.0.0/24", "fd00::/64"]}));
+        assert_eq!(
+            n["spec"]["podCIDRs"],
+            json!(["10.0.1.0/24"]),
+            "podCIDR wins"
+        );
+        let n = node(json!({"podCIDR": "10.0.0.0/24", "podCIDRs": ["10.0.0.0/24", "fd00::/64"]}));
+        assert_eq!(n["spec"]["podCIDRs"], json!(["10.0.0.0/24", "fd00::/64"]));
     }
 }

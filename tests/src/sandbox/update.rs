@@ -239,7 +239,7 @@ pub fn prepare_metadata(key: &Key, new: &mut Value, old: &Value) -> Result<(), A
 /// PrepareForUpdate` keeps the stored `status` (a write to `/nodes/x` cannot change it);
 /// `nodeStatusStrategy.PrepareForUpdate` keeps the stored `spec` (and, in the sandbox, all other
 /// stored fields) for `/nodes/x/status`. Node objects then get the v1 podCIDR/podCIDRs
-/// conversion ([`super::nodes::normalize`]). Other resources have no subresources here.
+/// conversion ([`super::nodes::convert`]). Other resources have no subresources here.
 pub fn prepare_for_update(res: Resource, subresource: Option<&str>, new: &mut Value, old: &Value) {
     if res != Resource::Nodes {
         return;
@@ -275,7 +275,7 @@ pub fn prepare_for_update(res: Resource, subresource: Option<&str>, new: &mut Va
     } else {
         keep_status(new, old);
     }
-    super::nodes::normalize(new);
+    super::nodes::convert(new);
 }
 
 /// Rule 5: validation of the updated object, **422 Invalid** with every cause.

@@ -276,7 +276,7 @@ impl Store {
             m.insert("creationTimestamp".into(), json!(now_rfc3339()));
         }
         if res == Resource::Nodes {
-            nodes::normalize(&mut obj);
+            nodes::convert(&mut obj);
         }
         let causes = validate::on_create(res, &obj);
         if !causes.is_empty() {
@@ -593,7 +593,9 @@ mod tests {
         store
             .patch(&key, PatchType::Strategic, &cidrs, None, "t", false)
             .expect("no-op");
-        let other = json!({"spec": {"podCIDRs": ["10.0.1.0/24"]}});
+        // Both fields: `podCIDRs` alone would be overruled by the stored `podCIDR` (the v1
+        // conversion makes it authoritative) and be a no-op.
+        let other = json!({"spec": {"podCIDR": "10.0.1.0/24", "podCIDRs": ["10.0.1.0/24"]}});
         assert!(
             store
                 .patch(&key, PatchType::Merge, &other, None, "t", false)
