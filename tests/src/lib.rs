@@ -1,8 +1,10 @@
 //! Test support for nodeipam: the sandbox Kubernetes API server used by the end-to-end tests,
-//! the invariant checker they end with, a monitor that checks every state in between, and the
-//! chaos suite (seeded schedules of churn and faults against the real controller).
+//! the invariant checker they end with, a monitor that checks every state in between, the chaos
+//! suite (seeded schedules of churn and faults against the real controller), and the harness that
+//! runs upstream's real etcd and kube-apiserver (`real_apiserver`).
 
 pub mod chaos;
 pub mod invariants;
 pub mod monitor;
+pub mod real_apiserver;
 pub mod sandbox;

@@ -70,12 +70,18 @@ pub struct Running {
 
 /// Starts `run(config, client, shutdown)` on the sandbox.
 pub fn spawn(sb: &SandboxHandle, config: ControllerConfig) -> Running {
-    let health = config.health.clone();
     // The controller's own client configuration (no automatic retries, our User-Agent), not the
     // sandbox's convenience client: kube's retry layer would re-send a PATCH that timed out and
     // hide the very outcomes these tests are about.
     let client = nodeipam::controller::client_for_url(&sb.url())
         .unwrap_or_else(|e| panic!("client for the sandbox: {e}"));
+    spawn_with_client(client, config)
+}
+
+/// Starts `run(config, client, shutdown)` with a client built by the caller (the real-server
+/// tests: the controller's own kubeconfig loading).
+pub fn spawn_with_client(client: kube::Client, config: ControllerConfig) -> Running {
+    let health = config.health.clone();
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(run(config, client, async move {
         let _ = stopped.await;
