@@ -32,6 +32,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use common::{fast_config, init_tracing, ipam, masks, spawn_with_client};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
@@ -969,4 +970,120 @@ async fn secure_serving_delegates_to_the_real_server() {
     );
     drop(server);
     running.stop().await;
+}
+
+/// Leader election as the e2e tests configure it: 2 s Lease, 1.5 s renew deadline, 200 ms retry.
+fn election(identity: &str) -> nodeipam::controller::LeaderElection {
+    nodeipam::controller::LeaderElection {
+        namespace: "kube-system".to_owned(),
+        name: "nodeipam-controller".to_owned(),
+        identity: identity.to_owned(),
+        lease_duration: Duration::from_secs(2),
+        renew_deadline: Duration::from_millis(1500),
+        retry_period: Duration::from_millis(200),
+    }
+}
+
+/// The Lease's `spec.holderIdentity` on the real server.
+async fn lease_holder(admin: &Client) -> Option<String> {
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), "kube-system");
+    leases
+        .get_opt("nodeipam-controller")
+        .await
+        .unwrap()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+}
+
+/// Creates Node `name` (from a real fixture Node) and waits until it has podCIDRs; returns them.
+async fn create_and_wait_served(nodes: &Api<Node>, template: &Value, name: &str) -> Vec<String> {
+    let node: Node = serde_json::from_value(common::node_like(template, name)).unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    let pod_cidrs = || async {
+        nodes
+            .get(name)
+            .await
+            .ok()
+            .and_then(|n| n.spec.and_then(|s| s.pod_cidrs))
+            .unwrap_or_default()
+    };
+    let served = wait_for(|| async { !pod_cidrs().await.is_empty() }).await;
+    assert!(served, "Node {name} was not served within {WAIT:?}");
+    pod_cidrs().await
+}
+
+/// Issue 16 (5): replicas with leader election on the real server's `coordination.k8s.io/v1`
+/// Leases. `kill -9` of the leader (its task aborted: nothing released, requests cut): the standby
+/// takes the Lease once it expires and serves a Node created after the kill. SIGTERM of that
+/// leader (a clean stop) releases the Lease — it is no longer held by the stopped replica when the
+/// stop returns — and a third replica takes over and serves the next Node. Every Node gets its own
+/// block. The times are printed (BENCHMARKS.md), not asserted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_fail_over_on_real_leases_after_kill_and_hand_over_on_sigterm() {
+    init_tracing();
+    let cluster = start().await;
+    let admin = cluster.admin_client().await.unwrap();
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let template = common::template_node("05-aws-4nodes-no-podcidr.json");
+    let ipam = ipam("10.244.0.0/16", "", masks(None, None, None));
+    let replica = |identity: &str| {
+        let mut config = fast_config(ipam.clone());
+        config.leader_election = Some(election(identity));
+        config
+    };
+
+    let a = spawn_with_client(controller_client(&cluster).await, replica("replica-a"));
+    assert!(
+        wait_for(|| async { a.health.is_leading() }).await,
+        "replica-a never led"
+    );
+    let b = spawn_with_client(controller_client(&cluster).await, replica("replica-b"));
+    assert!(
+        wait_for(|| async { b.health.is_ready() }).await,
+        "replica-b not standing by"
+    );
+    assert!(!b.health.is_leading());
+    assert_eq!(lease_holder(&admin).await.as_deref(), Some("replica-a"));
+    let first = create_and_wait_served(&nodes, &template, "node-1").await;
+
+    // kill -9 of the leader, then a new Node.
+    a.abort().await;
+    let killed = tokio::time::Instant::now();
+    let second = create_and_wait_served(&nodes, &template, "node-2").await;
+    let failover = killed.elapsed();
+    assert!(b.health.is_leading());
+    assert_eq!(lease_holder(&admin).await.as_deref(), Some("replica-b"));
+
+    // SIGTERM of the new leader hands the Lease over.
+    let c = spawn_with_client(controller_client(&cluster).await, replica("replica-c"));
+    assert!(
+        wait_for(|| async { c.health.is_ready() }).await,
+        "replica-c not standing by"
+    );
+    assert!(!c.health.is_leading());
+    let stopping = tokio::time::Instant::now();
+    b.stop().await;
+    let holder = lease_holder(&admin).await;
+    assert_ne!(
+        holder.as_deref(),
+        Some("replica-b"),
+        "the stopped leader still holds the Lease"
+    );
+    assert!(
+        wait_for(|| async { c.health.is_leading() }).await,
+        "replica-c never led"
+    );
+    let handover = stopping.elapsed();
+    let third = create_and_wait_served(&nodes, &template, "node-3").await;
+    assert_eq!(lease_holder(&admin).await.as_deref(), Some("replica-c"));
+    c.stop().await;
+
+    let all: BTreeSet<&String> = [&first, &second, &third].into_iter().flatten().collect();
+    assert_eq!(all.len(), 3, "{first:?} {second:?} {third:?}");
+    eprintln!(
+        "real Leases (2 s lease, 200 ms retry): kill -9 → new Node served by the standby in {:.1} s; \
+         SIGTERM → Lease after the stop: {holder:?}, next replica leading {:.1} s after the stop began",
+        failover.as_secs_f64(),
+        handover.as_secs_f64()
+    );
 }
