@@ -1194,3 +1194,121 @@ async fn apiserver_restart_mid_allocation_of_2000_nodes() {
         blocks.len()
     );
 }
+
+/// The controller's informer (`controller::informer::run`) on the real server, with the
+/// kube-apiserver flags that put etcd's own compaction in the watch path: `--watch-cache=false`
+/// (watches go to etcd) and `--etcd-compaction-interval=1s`.
+struct InformerRun {
+    cache: std::sync::Arc<nodeipam::controller::informer::NodeCache>,
+    synced: tokio::sync::watch::Receiver<nodeipam::controller::informer::SyncState>,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn run_informer(client: Client) -> InformerRun {
+    use nodeipam::controller::informer::{self, InformerSettings, NodeCache, Outputs, SyncState};
+    use nodeipam::controller::{InitialList, WorkQueue, window::WriteWindow};
+    let cache = std::sync::Arc::new(NodeCache::new());
+    let (synced_tx, synced) = tokio::sync::watch::channel(SyncState::default());
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let (broken, _) = tokio::sync::watch::channel(None);
+    let task = tokio::spawn(informer::run(
+        Api::all(client),
+        Outputs {
+            cache: cache.clone(),
+            queue: std::sync::Arc::new(WorkQueue::new()),
+            window: std::sync::Arc::new(WriteWindow::new(1000)),
+        },
+        synced_tx,
+        InformerSettings {
+            initial_list: InitialList::Streaming,
+            retry_min_delay: Duration::from_millis(100),
+            retry_max_delay: Duration::from_secs(1),
+        },
+        stop_rx,
+        broken,
+    ));
+    InformerRun {
+        cache,
+        synced,
+        stop,
+        task,
+    }
+}
+
+/// Issue 16 (4): the informer's initial state is a real streaming list (`sendInitialEvents`,
+/// ended by the server's `k8s.io/initial-events-end` BOOKMARK); then, with its watch behind real
+/// etcd compaction — other writes move etcd's revision on, kube-apiserver compacts every second,
+/// kube-apiserver restarts so the watch must be re-opened from the informer's old resourceVersion
+/// — the server answers `410 Gone`, the informer lists again (a second complete list) and sees a
+/// Node created afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn informer_streams_its_list_and_relists_after_a_410_from_real_compaction() {
+    init_tracing();
+    let options = nodeipam_tests::real_apiserver::Options {
+        etcd_args: Vec::new(),
+        apiserver_args: vec![
+            "--watch-cache=false".to_owned(),
+            "--etcd-compaction-interval=1s".to_owned(),
+        ],
+    };
+    let mut cluster = RealCluster::start_with(options)
+        .await
+        .unwrap_or_else(|e| panic!("the real control plane did not start: {e}"));
+    let admin = cluster.admin_client().await.unwrap();
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let template = common::template_node("05-aws-4nodes-no-podcidr.json");
+    for i in 1..=3 {
+        let node: Node =
+            serde_json::from_value(common::node_like(&template, &format!("node-{i}"))).unwrap();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+    }
+
+    let mut informer = run_informer(controller_client(&cluster).await);
+    let first = tokio::time::timeout(WAIT, informer.synced.wait_for(|s| s.lists >= 1))
+        .await
+        .expect("no initial list")
+        .unwrap()
+        .to_owned();
+    assert!(
+        first.streamed,
+        "the real server did not serve a streaming list"
+    );
+    assert_eq!(informer.cache.len(), 3);
+
+    // Move etcd's revision on without touching Nodes, let the compactor pass the informer's
+    // resourceVersion, then make it re-open its watch from there.
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(admin.clone(), "default");
+    for i in 0..20 {
+        let map =
+            serde_json::from_value(json!({"metadata": {"name": format!("churn-{i}")}})).unwrap();
+        maps.create(&PostParams::default(), &map).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    cluster
+        .restart_apiserver()
+        .await
+        .unwrap_or_else(|e| panic!("kube-apiserver did not come back: {e}"));
+    let relisted = tokio::time::timeout(WAIT, informer.synced.wait_for(|s| s.lists >= 2))
+        .await
+        .is_ok_and(|r| r.is_ok());
+    assert!(
+        relisted,
+        "no second list after the compaction (informer state {:?})",
+        *informer.synced.borrow()
+    );
+    let node: Node = serde_json::from_value(common::node_like(&template, "node-4")).unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    assert!(
+        wait_for(|| async { informer.cache.get("node-4").is_some() }).await,
+        "the informer did not see a Node created after the re-list"
+    );
+    eprintln!(
+        "informer: first list streamed = {}, lists after the compaction = {}",
+        first.streamed,
+        informer.synced.borrow().lists
+    );
+    let _ = informer.stop.send(true);
+    let _ = informer.task.await;
+}
