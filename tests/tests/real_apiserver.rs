@@ -26,6 +26,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
+mod deploy;
 mod secure;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -1311,4 +1312,189 @@ async fn informer_streams_its_list_and_relists_after_a_410_from_real_compaction(
     );
     let _ = informer.stop.send(true);
     let _ = informer.task.await;
+}
+
+/// The audit log's completed requests (`stage: ResponseComplete`) made by `user`:
+/// `(verb, apiGroup/resource or the non-resource path, code)`.
+fn audited(path: &std::path::Path, user: &str) -> Vec<(String, String, u16)> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|e| e["stage"] == "ResponseComplete" && e["user"]["username"] == user)
+        .map(|e| {
+            let target = if e["objectRef"].is_object() {
+                let group = e["objectRef"]["apiGroup"].as_str().unwrap_or_default();
+                let resource = e["objectRef"]["resource"].as_str().unwrap_or_default();
+                format!("{group}/{resource}")
+            } else {
+                e["requestURI"].as_str().unwrap_or_default().to_owned()
+            };
+            let code = e["responseStatus"]["code"].as_u64().unwrap_or_default();
+            (
+                e["verb"].as_str().unwrap_or_default().to_owned(),
+                target,
+                u16::try_from(code).unwrap_or(u16::MAX),
+            )
+        })
+        .collect()
+}
+
+/// Issue 16 (6), the first half: `deploy/`'s rendered RBAC (`kubectl kustomize deploy`: the
+/// ServiceAccount, ClusterRole/Binding and Roles/Bindings) applied to the real server, the
+/// controller run with its ServiceAccount's token from the real TokenRequest API through every
+/// path that talks to the API server — streaming list and watch of Nodes, their PATCH, events
+/// created and then patched as a series (a pool of two blocks for four Nodes repeats
+/// CIDRNotAvailable), the Lease created, renewed and released, one scrape of the secure port
+/// (TokenReview, SubjectAccessReview) — and kube-apiserver's audit log shows each of those calls
+/// by the ServiceAccount and not one 403. (Not here yet: removing each rule in turn.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_rbac_is_enough_on_the_real_server() {
+    const SA_USER: &str = "system:serviceaccount:kube-system:nodeipam-controller";
+    init_tracing();
+    let audit_dir = tempfile::tempdir().unwrap();
+    let policy = audit_dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n",
+    )
+    .unwrap();
+    let audit_log = audit_dir.path().join("audit.log");
+    let options = nodeipam_tests::real_apiserver::Options {
+        etcd_args: Vec::new(),
+        apiserver_args: vec![
+            format!("--audit-policy-file={}", policy.display()),
+            format!("--audit-log-path={}", audit_log.display()),
+        ],
+    };
+    let cluster = RealCluster::start_with(options)
+        .await
+        .unwrap_or_else(|e| panic!("the real control plane did not start: {e}"));
+    let admin = cluster.admin_client().await.unwrap();
+
+    // deploy/'s RBAC, as rendered for operators.
+    let rendered = deploy::rendered("deploy");
+    let mut applied = Vec::new();
+    for doc in &rendered {
+        let kind = doc["kind"].as_str().unwrap_or_default();
+        let ns = doc["metadata"]["namespace"].as_str().unwrap_or("default");
+        let pp = PostParams::default();
+        match kind {
+            "ServiceAccount" => {
+                let api: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns);
+                api.create(&pp, &serde_json::from_value(doc.clone()).unwrap())
+                    .await
+                    .map(|_| ())
+            }
+            "ClusterRole" => {
+                let api: Api<ClusterRole> = Api::all(admin.clone());
+                api.create(&pp, &serde_json::from_value(doc.clone()).unwrap())
+                    .await
+                    .map(|_| ())
+            }
+            "ClusterRoleBinding" => {
+                let api: Api<ClusterRoleBinding> = Api::all(admin.clone());
+                api.create(&pp, &serde_json::from_value(doc.clone()).unwrap())
+                    .await
+                    .map(|_| ())
+            }
+            "Role" => {
+                let api: Api<k8s_openapi::api::rbac::v1::Role> = Api::namespaced(admin.clone(), ns);
+                api.create(&pp, &serde_json::from_value(doc.clone()).unwrap())
+                    .await
+                    .map(|_| ())
+            }
+            "RoleBinding" => {
+                let api: Api<k8s_openapi::api::rbac::v1::RoleBinding> =
+                    Api::namespaced(admin.clone(), ns);
+                api.create(&pp, &serde_json::from_value(doc.clone()).unwrap())
+                    .await
+                    .map(|_| ())
+            }
+            _ => continue,
+        }
+        .unwrap_or_else(|e| panic!("applying {kind} {}: {e}", doc["metadata"]["name"]));
+        applied.push(kind.to_owned());
+    }
+    assert!(applied.contains(&"ClusterRole".to_owned()) && applied.contains(&"Role".to_owned()));
+
+    // The ServiceAccount's token from the real TokenRequest API.
+    let request = http::Request::post(
+        "/api/v1/namespaces/kube-system/serviceaccounts/nodeipam-controller/token",
+    )
+    .header("Content-Type", "application/json")
+    .body(
+        serde_json::to_vec(&json!({
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 600}
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    let answer: Value = admin.request(request).await.unwrap();
+    let token = answer["status"]["token"].as_str().unwrap().to_owned();
+    let path = cluster.kubeconfig("nodeipam-sa", &token).unwrap();
+    let config = nodeipam::controller::client::config_from_kubeconfig(&path)
+        .await
+        .unwrap();
+    let client = Client::try_from(config).unwrap();
+
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let doc = fixture("05-aws-4nodes-no-podcidr.json");
+    for item in doc["items"].as_array().unwrap() {
+        let node: Node = serde_json::from_value(creatable(item)).unwrap();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+    }
+    let _ = secure::metrics_handle();
+    let mut config = fast_config(ipam("10.244.0.0/23", "", masks(Some(24), None, None)));
+    config.leader_election = Some(election("rbac-test_1"));
+    let running = spawn_with_client(client.clone(), config);
+    let events: Api<Event> = Api::namespaced(admin.clone(), "default");
+    let repeated = wait_for(|| async {
+        let list = events.list(&ListParams::default()).await.unwrap().items;
+        let not_available: Vec<&Event> = list
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some(reasons::CIDR_NOT_AVAILABLE))
+            .collect();
+        // Two Nodes served, two without a block: their events repeat as a series.
+        not_available.len() == 2 && not_available.iter().all(|e| e.series.is_some())
+    })
+    .await;
+    assert!(repeated, "no repeated CIDRNotAvailable events");
+    let serving = secure::resolve(&["--bind-address=127.0.0.1"], &client).await;
+    let server = secure::start(serving, running.health.clone(), None).await;
+    let scrape = secure::get(
+        &server,
+        "/metrics",
+        Some(nodeipam_tests::real_apiserver::ADMIN_TOKEN),
+    )
+    .await;
+    assert_eq!(scrape.status, 200, "{scrape:?}");
+    drop(server);
+    running.stop().await;
+
+    let calls = audited(&audit_log, SA_USER);
+    let forbidden: Vec<&(String, String, u16)> = calls.iter().filter(|c| c.2 == 403).collect();
+    let kinds: BTreeSet<(&str, &str)> = calls
+        .iter()
+        .map(|(verb, target, _)| (verb.as_str(), target.as_str()))
+        .collect();
+    eprintln!(
+        "audit: {} requests by {SA_USER}, {} answered 403; calls: {kinds:?}",
+        calls.len(),
+        forbidden.len()
+    );
+    assert!(forbidden.is_empty(), "403s: {forbidden:?}");
+    for expected in [
+        ("watch", "/nodes"),
+        ("patch", "/nodes"),
+        ("create", "events.k8s.io/events"),
+        ("patch", "events.k8s.io/events"),
+        ("create", "coordination.k8s.io/leases"),
+        ("update", "coordination.k8s.io/leases"),
+        ("create", "authentication.k8s.io/tokenreviews"),
+        ("create", "authorization.k8s.io/subjectaccessreviews"),
+    ] {
+        assert!(kinds.contains(&expected), "no {expected:?} in {kinds:?}");
+    }
 }
