@@ -147,9 +147,14 @@ async fn a_standby_that_cannot_read_the_lease_is_not_ready_and_the_leader_gauge_
             .await,
         "the standby took over"
     );
-    assert_eq!(
-        status_line(&metrics.render()).as_deref(),
-        Some(r#"leader_election_master_status{name="nodeipam-controller"} 1"#)
+    // Set by the task that logs leadership changes: bounded wait, not a race.
+    let leading = r#"leader_election_master_status{name="nodeipam-controller"} 1"#;
+    assert!(
+        sb.wait_until(WAIT, |_| status_line(&metrics.render()).as_deref()
+            == Some(leading))
+            .await,
+        "the leader's gauge is 1: {:?}",
+        status_line(&metrics.render())
     );
     let _ = controller.stop().await;
     assert_eq!(
