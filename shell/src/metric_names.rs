@@ -44,7 +44,14 @@ pub const CIDRSET_EXHAUSTED_TOTAL: &str = "node_ipam_controller_cidrset_exhauste
 /// Counter: failed PATCHes of `spec.podCIDR(s)`, by `error` (an [`crate::Error::metric_label`]
 /// or an HTTP status class).
 pub const PATCH_FAILURES_TOTAL: &str = "node_ipam_controller_patch_failures_total";
+/// Gauge, with leader election only: 1 while this replica holds the Lease named by the `name`
+/// label, 0 while it stands by (or after it stopped leading). The name and label are client-go's
+/// leader-election metric as kube-controller-manager exports it, so a dashboard or alert written
+/// for kcm ("exactly one replica at 1") works unchanged.
+pub const LEADER_ELECTION_MASTER_STATUS: &str = "leader_election_master_status";
 
+/// Label: the Lease name (`--leader-elect-resource-name`) of [`LEADER_ELECTION_MASTER_STATUS`].
+pub const LABEL_NAME: &str = "name";
 /// Label: the cluster CIDR, canonical text (`10.244.0.0/16`).
 pub const LABEL_CLUSTER_CIDR: &str = "clusterCIDR";
 /// Label: why a Node was skipped (`invalid`, `out_of_range`, `conflict`, `mask_label`).

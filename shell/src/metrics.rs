@@ -90,10 +90,20 @@ pub fn describe() {
         m::CIDRSET_EXHAUSTED_TOTAL,
         "Allocations that found the cluster CIDR exhausted."
     );
+    describe_gauge!(
+        m::LEADER_ELECTION_MASTER_STATUS,
+        "1 while this replica holds the Lease given by label name, 0 while it stands by."
+    );
     describe_counter!(
         m::PATCH_FAILURES_TOTAL,
         "PATCHes of spec.podCIDR(s) that did not succeed, by outcome (label error)."
     );
+}
+
+/// Sets [`m::LEADER_ELECTION_MASTER_STATUS`] for the Lease `lease_name`: 1 if `leading`, else 0.
+pub fn set_leader_status(lease_name: &str, leading: bool) {
+    metrics::gauge!(m::LEADER_ELECTION_MASTER_STATUS, m::LABEL_NAME => lease_name.to_owned())
+        .set(if leading { 1.0 } else { 0.0 });
 }
 
 /// Records one metric update.

@@ -88,6 +88,11 @@
 //! request the client abandoned that the API server still applies later, and writers that bypass
 //! the algorithm (deleting or hand-editing the Lease).
 //!
+//! The fence holds only while the Lease is not **released**: a release lets a standby in at once.
+//! So the controller releases only after every write it sent whose outcome is unknown can no
+//! longer be applied (its `in_doubt` module; at most one request timeout after the stop), and
+//! keeps renewing until then.
+//!
 //! # Use
 //!
 //! ```no_run
@@ -480,6 +485,9 @@ pub struct LeaderElector {
     /// A write of ours may have made us the holder without our knowing (it timed out or was
     /// cancelled, or the server failed after committing): release checks on shutdown.
     maybe_holding: bool,
+    /// When the API server last answered a Lease request of ours with the Lease's state (see
+    /// [`LeaderElector::lease_contact`]).
+    contact: watch::Sender<Option<Instant>>,
 }
 
 impl LeaderElector {
@@ -497,7 +505,17 @@ impl LeaderElector {
             last_seen: None,
             observation: None,
             maybe_holding: false,
+            contact: watch::Sender::new(None),
         })
+    }
+
+    /// The local monotonic instant at which the API server last told us the Lease's state: a
+    /// Lease request of ours answered 2xx, `404 Not Found` (there is no Lease) or `409 Conflict`
+    /// (someone else wrote it first). `None` before the first such answer. A transport error, a
+    /// timeout or any other status (403, 5xx, …) is not contact: the replica cannot tell who leads.
+    /// `/readyz` uses it (see `Health::watch_lease_contact`).
+    pub fn lease_contact(&self) -> watch::Receiver<Option<Instant>> {
+        self.contact.subscribe()
     }
 
     /// Tries to acquire the Lease every retry period until it succeeds, then renews it every retry
@@ -637,10 +655,18 @@ impl LeaderElector {
         &self,
         call: impl Future<Output = Result<T, kube::Error>>,
     ) -> Result<T, RequestError> {
-        match tokio::time::timeout(self.request_timeout, call).await {
+        let result = match tokio::time::timeout(self.request_timeout, call).await {
             Ok(answer) => answer.map_err(RequestError::Kube),
             Err(_elapsed) => Err(RequestError::TimedOut(self.request_timeout)),
+        };
+        let answered = match &result {
+            Ok(_) => true,
+            Err(error) => matches!(error.status_code(), Some(404 | 409)),
+        };
+        if answered {
+            self.contact.send_replace(Some(Instant::now()));
         }
+        result
     }
 
     async fn get(&self) -> Result<Lease, RequestError> {

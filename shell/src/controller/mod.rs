@@ -26,6 +26,7 @@
 mod backoff;
 pub mod client;
 mod health;
+pub mod in_doubt;
 pub mod informer;
 pub mod leader;
 mod limiter;
@@ -39,7 +40,7 @@ pub mod worker;
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -50,6 +51,7 @@ use tokio::sync::watch;
 pub use health::{
     Health, metrics_router, router as health_router, serve as serve_health, serve_router,
 };
+pub use in_doubt::InDoubtWrites;
 pub use informer::InitialList;
 pub use leader::{LeaderElector, LeaderError, Leadership, LeaseConfig};
 pub use limiter::WriteLimiter;
@@ -255,8 +257,9 @@ pub fn install_panic_hook() {
 
 /// Runs the controller until `shutdown` resolves: (with leader election, wait for the Lease) →
 /// list all Nodes → occupy every existing podCIDR → allocate for Nodes without podCIDRs, watching
-/// for changes. On shutdown: stop taking work, finish the in-flight writes, release the Lease,
-/// return the final state.
+/// for changes. On shutdown: stop taking work, finish the in-flight writes, keep the Lease until
+/// no write answered without a definite outcome can still be applied (at most the request
+/// timeout), release the Lease, return the final state.
 ///
 /// # Errors
 /// [`Error::Pool`] if a service CIDR fills a cluster CIDR; [`Error::LeaderElection`] if the Lease
@@ -288,7 +291,10 @@ pub async fn run(
             lease: None,
             write_duration: config.request_timeout,
         };
-        let summary = pipeline::run(config, client, stop_rx, gate).await;
+        // Without leader election a write in doubt is the next process's start-up write fence's
+        // to wait out.
+        let in_doubt = Arc::new(InDoubtWrites::new());
+        let summary = pipeline::run(config, client, stop_rx, gate, in_doubt).await;
         health.set_ready(false);
         return summary;
     };
@@ -306,6 +312,9 @@ pub async fn run(
         },
     )
     .map_err(Error::LeaderElection)?;
+    // Not ready while the Lease cannot be read (an unreachable API server): see `health`.
+    health.watch_lease_contact(elector.lease_contact(), election.lease_duration);
+    crate::metrics::set_leader_status(&election.name, false);
     let (leadership_tx, mut leadership) = watch::channel(Leadership::default());
     let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
     // The Lease is released only when asked to (after every write has finished), never because
@@ -315,14 +324,16 @@ pub async fn run(
             std::future::pending::<()>().await;
         }
     }));
-    // Standby, take-over and loss, one line each (renewals are quiet).
+    // Standby, take-over and loss, one line each (renewals are quiet), and the leader gauge.
     let leadership_log = {
         let mut watch = leadership.clone();
         let lease = format!("{}/{}", election.namespace, election.name);
+        let lease_name = election.name.clone();
         tokio::spawn(async move {
             let mut before: Option<Leadership> = None;
             loop {
                 let now = watch.borrow_and_update().clone();
+                crate::metrics::set_leader_status(&lease_name, now.is_leading());
                 if let Some(line) = oplog::leadership_line(before.as_ref(), &now, &lease) {
                     match now {
                         Leadership::Lost => tracing::warn!(lease = %lease, "{line}"),
@@ -377,15 +388,20 @@ pub async fn run(
             let _ = stop_tx.send(true);
         })
     };
-    let summary = pipeline::run(config, client, stop_rx, gate).await;
+    let in_doubt = Arc::new(InDoubtWrites::new());
+    let lease_name = format!("{}/{}", election.namespace, election.name);
+    let summary = pipeline::run(config, client, stop_rx, gate, in_doubt.clone()).await;
     stop_on_loss.abort();
-    leadership_log.abort();
     health.set_leading(false);
     health.set_ready(false);
+    // Every write has been answered, but one answered without a definite outcome may still be
+    // applied by the API server: the Lease stays ours (renewed) until none can land any more.
+    hold_lease_for_writes_in_doubt(&in_doubt, &mut leadership, &lease_name).await;
+    leadership_log.abort();
     let lost = matches!(*leadership.borrow(), Leadership::Lost) || election_task.is_finished();
-    // Every write has finished: the Lease can go.
     let _ = release_tx.send(());
     let released = election_task.await;
+    crate::metrics::set_leader_status(&election.name, false);
     match released {
         Ok(Ok(())) if !lost => tracing::info!("released the Lease"),
         Ok(Ok(())) => {}
@@ -411,6 +427,46 @@ pub async fn run(
         return Err(Error::LeadershipLost);
     }
     summary
+}
+
+/// A stopping leader's last duty before it releases the Lease (issue 15, item 1): while a write it
+/// sent may still be applied by the API server ([`InDoubtWrites::pending`]), a standby must not
+/// take over — it would list, see the Node without podCIDRs and hand the same block to another
+/// Node. So the Lease is kept, and renewed by the elector, until the last such write's deadline
+/// has passed: at most the request timeout after the last answer, so the wait is bounded by the
+/// request timeout. Logs how many writes it waits for and until when. A Lease lost meanwhile ends
+/// the wait: a deposed leader cannot hold it, and its successor is kept out until after those
+/// deadlines by the write fence (see [`leader`]).
+async fn hold_lease_for_writes_in_doubt(
+    in_doubt: &InDoubtWrites,
+    leadership: &mut watch::Receiver<Leadership>,
+    lease: &str,
+) {
+    let now = tokio::time::Instant::now();
+    let Some(pending) = in_doubt.pending(now) else {
+        return;
+    };
+    if !leadership.borrow().is_leading() {
+        return;
+    }
+    let wait = pending.until.saturating_duration_since(now);
+    let until = k8s_openapi::jiff::Timestamp::now()
+        .checked_add(wait)
+        .map(|t| t.to_string())
+        .unwrap_or_default();
+    tracing::info!(
+        %lease,
+        writes = pending.writes,
+        %until,
+        wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+        "keeping the Lease until writes in doubt can no longer be applied (a standby taking over now could hand their blocks out again)"
+    );
+    tokio::select! {
+        () = tokio::time::sleep_until(pending.until) => {}
+        _ = leadership.wait_for(|l| !l.is_leading()) => {
+            tracing::warn!(%lease, "lost the Lease while waiting for writes in doubt");
+        }
+    }
 }
 
 /// The allocator for `config`: its node-pool sizes checked against the cluster CIDRs, the grid

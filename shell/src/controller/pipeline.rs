@@ -10,6 +10,7 @@ use kube::{Api, Client};
 use tokio::sync::watch;
 
 use super::backoff::RetryBackoff;
+use super::in_doubt::InDoubtWrites;
 use super::informer::{self, InformerSettings, NodeCache, SyncState};
 use super::window::{WRITES_AHEAD_OF_WATCH, WriteWindow};
 use super::worker::{self, Shared, WorkerSettings, WriteGate};
@@ -17,12 +18,14 @@ use super::{CONTROLLER_NAME, ControllerConfig, OwnedTask, RunSummary, WorkQueue,
 use crate::reconcile::{Action, Allocator, EventSpec, NodeName};
 use crate::{Error, metrics as m};
 
-/// Runs informer + workers until `stop`; returns the final state.
+/// Runs informer + workers until `stop`; returns the final state. Every write's unknown outcome
+/// is recorded in `in_doubt` (see [`InDoubtWrites`]).
 pub(super) async fn run(
     config: ControllerConfig,
     client: Client,
     mut stop: watch::Receiver<bool>,
     write_gate: WriteGate,
+    in_doubt: Arc<InDoubtWrites>,
 ) -> Result<RunSummary, Error> {
     let allocator = super::build_allocator(&config)?;
     let cache = Arc::new(NodeCache::with_label_keys(&allocator.sizing().label_keys()));
@@ -140,6 +143,7 @@ pub(super) async fn run(
             workers: config.workers,
             request_timeout: config.request_timeout,
             write_gate,
+            in_doubt,
         },
         broken_tx,
     ));

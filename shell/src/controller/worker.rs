@@ -17,6 +17,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::backoff::RetryBackoff;
+use super::in_doubt::InDoubtWrites;
 use super::informer::NodeCache;
 use super::leader::Leadership;
 use super::node::SlimNode;
@@ -90,6 +91,8 @@ pub struct WorkerSettings {
     pub request_timeout: Duration,
     /// When writes may start.
     pub write_gate: WriteGate,
+    /// Where each write's unknown outcome is recorded (a stopping leader waits them out).
+    pub in_doubt: Arc<InDoubtWrites>,
 }
 
 /// What the dispatcher and the workers share.
@@ -393,6 +396,12 @@ impl Shared {
             )
             .await;
             self.window.written(slot, resource_version.as_deref());
+            self.settings.in_doubt.record(
+                name,
+                Instant::now(),
+                self.settings.request_timeout,
+                &outcome,
+            );
             if let Some(why) = broken {
                 let _ = self.broken.send(Some(why));
             }

@@ -561,37 +561,51 @@ impl Driver<'_> {
             Action::Compact => self.sb.compact(),
             Action::SetDelay(d) => self.sb.set_delay(*d),
             Action::Kill { late_write } => {
-                let mut why = String::new();
-                if let Some(rule) = late_write {
-                    self.sb.inject(rule.clone());
-                    self.report.faults += 1;
-                    why = if self.wait_until_fired(rule).await {
-                        " with a late write in flight".to_owned()
-                    } else {
-                        " (no PATCH took the late write within 2 s)".to_owned()
-                    };
-                }
+                let why = self.fire_late_write(late_write.as_ref()).await;
                 self.kill(&why).await;
             }
-            Action::Stop => {
+            Action::Stop { late_write } => {
+                let why = self.fire_late_write(late_write.as_ref()).await;
                 let index = self
                     .leader_index()
                     .or((!self.replicas.is_empty()).then_some(0));
                 if let Some(index) = index {
+                    self.note(format!(
+                        "stopping chaos-replica-{}{why}",
+                        self.replicas[index].id
+                    ));
                     let _ = self.stop_replica(index).await;
                 }
             }
             Action::Start => self.start_replicas(),
-            Action::LoseLease(rules) => {
+            Action::LoseLease { rules, late_write } => {
+                let why = self.fire_late_write(late_write.as_ref()).await;
                 for rule in rules {
                     self.sb.inject(rule.clone());
                     self.report.faults += 1;
                 }
-                self.note("Lease requests fail: the leader is to lose the Lease");
+                self.note(format!(
+                    "Lease requests fail: the leader is to lose the Lease{why}"
+                ));
             }
             Action::QuiesceAndAddForeign { count, first } => {
                 self.quiesce_and_add_foreign(index, *count, *first).await;
             }
+        }
+    }
+
+    /// Adds the late-write `rule` (if any) and waits (at most 2 s) until a PATCH got it; says
+    /// which, for the log.
+    async fn fire_late_write(&mut self, rule: Option<&FaultRule>) -> String {
+        let Some(rule) = rule else {
+            return String::new();
+        };
+        self.sb.inject(rule.clone());
+        self.report.faults += 1;
+        if self.wait_until_fired(rule).await {
+            " with a late write in flight".to_owned()
+        } else {
+            " (no PATCH took the late write within 2 s)".to_owned()
         }
     }
 

@@ -27,10 +27,11 @@
 //!   change no podCIDR); Nodes created with podCIDRs by another actor; fault rules; dropped
 //!   watches; compaction (`410 Gone`); slow responses; and 1–3 **controller events**: `kill -9`
 //!   (half of the time right after a burst of new Nodes, with a late write in flight), a clean
-//!   stop, each followed by a start 20–600 ms later; with leader election a Lease loss (Lease
-//!   requests hang past the renew deadline and fail, so the leader gives up and the standby
-//!   takes over once the faults are spent), right after a burst of new Nodes with late writes in
-//!   flight; or a quiescent point where foreign in-range Nodes are added.
+//!   stop (right after a burst of new Nodes, with an early-answered late write in flight), each
+//!   followed by a start 20–600 ms later; with leader election a Lease loss (Lease requests hang
+//!   past the renew deadline and fail, so the leader gives up and the standby takes over once the
+//!   faults are spent), right after a burst of new Nodes, starting once one of its late writes is
+//!   in flight; or a quiescent point where foreign in-range Nodes are added.
 //!
 //! # Faults injected
 //!
@@ -44,7 +45,7 @@
 //! | Event POST | 500; hang |
 //! | Lease GET / UPDATE (leader election) | 500/503; 409; hang; delay; late write (UPDATE) |
 //! | every response | a delay of 0–150 ms for a while |
-//! | the controller | `kill -9` (abort of the `run()` task: every future dropped, in-flight requests cut, no Lease release) mid-PATCH with a late write in flight, or anywhere; clean stop; restart (a new identity); with two replicas the leader killed, stopped, or made to lose the Lease, and the standby taking over |
+//! | the controller | `kill -9` (abort of the `run()` task: every future dropped, in-flight requests cut, no Lease release) mid-PATCH with a late write in flight, or anywhere; clean stop with an early-answered late write in flight; restart (a new identity); with two replicas the leader killed, stopped, or made to lose the Lease, and the standby taking over |
 //!
 //! Faults a conformant API server never produces are not injected: no false 404 or 422 (the
 //! controller treats both as definite and releases), no write committed after its own

@@ -280,14 +280,28 @@ pub enum Action {
         late_write: Option<FaultRule>,
     },
     /// Shut the controller (the leader) down cleanly: in-flight writes finish, the Lease is
-    /// released.
-    Stop,
+    /// released. With `late_write`, a late-write rule is added first and the stop waits (at most
+    /// 2 s) until a PATCH got it, so a write answered early (a 504 or a dropped connection) that
+    /// the server applies later is in doubt at the stop (issue 15, item 1: the leader released the
+    /// Lease at once and the standby gave the block to another Node before the write landed).
+    Stop {
+        /// The late-write rule to fire first.
+        late_write: Option<FaultRule>,
+    },
     /// Start controllers until the plan's number of replicas run (a new identity each: a new
     /// pod).
     Start,
     /// Make the leader lose the Lease: fail or hang Lease requests (both replicas see them), so
     /// renewals fail past the renew deadline; the standby takes over once the faults are spent.
-    LoseLease(Vec<FaultRule>),
+    /// With `late_write`, that late-write rule is added first and the Lease faults only once a
+    /// PATCH got it (at most 2 s), so an early-answered write the server applies later is in
+    /// doubt when the leader loses the Lease.
+    LoseLease {
+        /// The Lease faults.
+        rules: Vec<FaultRule>,
+        /// The late-write rule to fire first.
+        late_write: Option<FaultRule>,
+    },
     /// At a quiescent point — every controller stopped cleanly, no request or late write left in
     /// flight — create `count` Nodes whose podCIDRs another actor chose **inside** the cluster
     /// CIDRs, in blocks free at that moment; then start the controllers again, which must occupy
@@ -805,6 +819,26 @@ impl Plan {
         }
     }
 
+    /// A late write for a clean stop: committed late in the request's life (0.5–1.0 *T* after
+    /// it arrived, never past its deadline), answered early (a dropped connection, or a 504 after
+    /// at most a fifth of that), so it is still in doubt when a successor could take over and
+    /// list — the case a stopping leader must wait out.
+    fn draw_late_write_at_stop(&self, rng: &mut ChaCha8Rng) -> FaultAction {
+        let t = self.effective_request_timeout();
+        let commit_after = t.mul_f64(rng.random_range(0.5..1.0));
+        let answer = if rng.random_bool(0.5) {
+            LateAnswer::DropConnection
+        } else {
+            LateAnswer::Timeout {
+                after: commit_after.mul_f64(rng.random_range(0.0..0.2)),
+            }
+        };
+        FaultAction::LateWrite {
+            commit_after,
+            answer,
+        }
+    }
+
     /// One controller event, and whether a burst of new Nodes is to come right before it.
     fn draw_controller_event(
         &self,
@@ -831,7 +865,25 @@ impl Plan {
                 );
             }
             5 => vec![Action::Kill { late_write: None }, Action::Start],
-            6 => vec![Action::Stop, Action::Start],
+            6 => {
+                // A clean stop with an early-answered late write in doubt, right after a burst
+                // of new Nodes (issue 15, item 1).
+                let late = FaultRule::new(
+                    Verb::Patch,
+                    Resource::Nodes,
+                    rng.random_range(1..=5),
+                    self.draw_late_write_at_stop(rng),
+                );
+                return (
+                    vec![
+                        Action::Stop {
+                            late_write: Some(late),
+                        },
+                        Action::Start,
+                    ],
+                    true,
+                );
+            }
             7..=8 if self.replicas > 1 => {
                 // Renewals fail for longer than the renew deadline.
                 let t = self.lease.renew_deadline;
@@ -848,7 +900,8 @@ impl Plan {
                     FaultAction::Status(500),
                 );
                 // Writes the server applies late, up to their deadline, while the leader loses
-                // the Lease: none may land after the standby has taken over and listed.
+                // the Lease: none may land after the standby has taken over and listed. The Lease
+                // faults start once one of them is in doubt.
                 let late = FaultRule::new(
                     Verb::Patch,
                     Resource::Nodes,
@@ -856,7 +909,10 @@ impl Plan {
                     self.draw_late_write(rng),
                 );
                 return (
-                    vec![Action::Fault(late), Action::LoseLease(vec![hang, fail])],
+                    vec![Action::LoseLease {
+                        rules: vec![hang, fail],
+                        late_write: Some(late),
+                    }],
                     true,
                 );
             }
@@ -983,8 +1039,8 @@ mod tests {
                 plan.steps.iter().any(|s| matches!(
                     s.action,
                     Action::Kill { .. }
-                        | Action::Stop
-                        | Action::LoseLease(_)
+                        | Action::Stop { .. }
+                        | Action::LoseLease { .. }
                         | Action::QuiesceAndAddForeign { .. }
                 )),
                 "seed {seed} has a controller event"

@@ -1,0 +1,185 @@
+//! A clean hand-over with a write in doubt (issue 15, item 1). Two replicas with leader election;
+//! the leader's PATCH of LATE is answered at once with a dropped connection and applied by the
+//! API server 1.5 s later (within the request's own `timeout=` deadline, as kube-apiserver may);
+//! every later PATCH of LATE is answered 503. The leader is then stopped cleanly. Before the fix
+//! it released the Lease at once; the standby took it within one retry period, listed, saw LATE
+//! without podCIDRs and gave LATE's block to FIRST (queued before LATE); the late write then
+//! landed and both Nodes held 10.30.0.0/24. Now the stopping leader keeps the Lease (renewing it)
+//! until the write in doubt can no longer be applied, and only then releases it.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use axum::http::{HeaderValue, header::USER_AGENT};
+use common::{WAIT, fast_config, init_tracing, ipam, masks, node_like, pod_cidrs};
+use nodeipam::controller::{ControllerConfig, Health, LeaderElection, RunSummary, run};
+use nodeipam_tests::monitor::OverlapMonitor;
+use nodeipam_tests::sandbox::{
+    FaultAction, FaultRule, LateAnswer, LateWriteOutcome, Resource, Sandbox, SandboxHandle, Verb,
+    fixture,
+};
+use serde_json::json;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+const AWS: &str = "05-aws-4nodes-no-podcidr.json";
+/// Its first PATCH is answered early and applied late.
+const LATE: &str = "late";
+/// Created after the stop; sorts before LATE, so a new leader that lists both serves it first.
+const FIRST: &str = "a-first";
+const LEASE_NAME: &str = "nodeipam-controller";
+
+struct Process {
+    health: Health,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<Result<RunSummary, nodeipam::Error>>,
+}
+
+fn agent(name: &str) -> String {
+    format!("{} {name}", nodeipam::controller::client::USER_AGENT_VALUE)
+}
+
+fn start(sb: &SandboxHandle, config: ControllerConfig, name: &str) -> Process {
+    let mut client_config = nodeipam::controller::client::config_for_url(&sb.url()).unwrap();
+    client_config.headers.retain(|(n, _)| n != USER_AGENT);
+    client_config
+        .headers
+        .push((USER_AGENT, HeaderValue::from_str(&agent(name)).unwrap()));
+    let client = kube::Client::try_from(client_config).unwrap();
+    let health = config.health.clone();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(run(config, client, async move {
+        let _ = stopped.await;
+    }));
+    Process { health, stop, task }
+}
+
+/// Lease 4 s / renew 3 s / retry 200 ms: the 2 s request timeout fits the Lease unshortened,
+/// and a released Lease is taken within 200 ms.
+fn config(ipam: &nodeipam_core::IpamConfig, identity: &str) -> ControllerConfig {
+    let mut config = fast_config(ipam.clone());
+    config.leader_election = Some(LeaderElection {
+        namespace: "kube-system".to_owned(),
+        name: LEASE_NAME.to_owned(),
+        identity: identity.to_owned(),
+        lease_duration: Duration::from_secs(4),
+        renew_deadline: Duration::from_secs(3),
+        retry_period: Duration::from_millis(200),
+    });
+    config
+}
+
+fn late_write_outcomes(sb: &SandboxHandle) -> Vec<LateWriteOutcome> {
+    sb.requests_of(Verb::Patch, Resource::Nodes)
+        .into_iter()
+        .filter_map(|r| r.late_write)
+        .collect()
+}
+
+/// Position in the request log of the first Lease UPDATE that empties `holderIdentity`.
+fn release_position(sb: &SandboxHandle) -> Option<usize> {
+    sb.requests().into_iter().position(|r| {
+        r.verb == Some(Verb::Update)
+            && r.resource == Some(Resource::Leases)
+            && r.body.as_ref().is_some_and(|b| {
+                b["spec"]["holderIdentity"]
+                    .as_str()
+                    .is_some_and(str::is_empty)
+            })
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cleanly_stopped_leader_keeps_the_lease_until_its_write_in_doubt_cannot_land() {
+    init_tracing();
+    let template = fixture(AWS)["items"][1].clone();
+    let sb = Sandbox::start(
+        json!({"kind": "NodeList", "apiVersion": "v1", "items": [node_like(&template, LATE)]}),
+    )
+    .await;
+    let monitor = OverlapMonitor::attach(&sb);
+    let ipam = ipam("10.30.0.0/22", "", masks(None, None, None));
+    sb.inject(
+        FaultRule::new(
+            Verb::Patch,
+            Resource::Nodes,
+            1,
+            FaultAction::LateWrite {
+                commit_after: Duration::from_millis(1500),
+                answer: LateAnswer::DropConnection,
+            },
+        )
+        .named(LATE),
+    );
+    sb.inject(
+        FaultRule::new(Verb::Patch, Resource::Nodes, 1000, FaultAction::Status(503)).named(LATE),
+    );
+
+    let a = start(&sb, config(&ipam, "a"), "a");
+    let ha = a.health.clone();
+    assert!(sb.wait_until(WAIT, |_| ha.is_leading()).await, "A leads");
+    let b = start(&sb, config(&ipam, "b"), "b");
+    let hb = b.health.clone();
+    assert!(sb.wait_until(WAIT, |_| hb.is_ready()).await, "B stands by");
+    assert!(
+        sb.wait_until(WAIT, |sb| late_write_outcomes(sb)
+            == [LateWriteOutcome::Pending])
+            .await,
+        "A's PATCH of LATE never got the late write"
+    );
+
+    // SIGTERM to A while its write is in doubt.
+    let stop_signal_at = sb.requests().len();
+    let _ = a.stop.send(());
+    let summary = tokio::time::timeout(WAIT, a.task)
+        .await
+        .expect("A stops")
+        .unwrap();
+    assert!(summary.is_ok(), "A stopped cleanly: {summary:?}");
+    let _ = sb.create_node(node_like(&template, FIRST));
+
+    assert!(
+        sb.wait_until(WAIT, |sb| hb.is_leading()
+            && !pod_cidrs(sb, FIRST).is_empty()
+            && late_write_outcomes(sb)
+                .iter()
+                .all(|o| !matches!(o, LateWriteOutcome::Pending)))
+            .await,
+        "B took over and served FIRST; late writes {:?}",
+        late_write_outcomes(&sb)
+    );
+    monitor.assert_clean();
+    assert_ne!(pod_cidrs(&sb, FIRST), pod_cidrs(&sb, LATE));
+
+    // A renewed the Lease after the stop signal, before it released it.
+    let requests = sb.requests();
+    let released_at = release_position(&sb).expect("A released the Lease");
+    let renewals_while_holding = requests[stop_signal_at..released_at]
+        .iter()
+        .filter(|r| {
+            r.verb == Some(Verb::Update)
+                && r.resource == Some(Resource::Leases)
+                && r.user_agent == agent("a")
+        })
+        .count();
+    assert!(
+        renewals_while_holding >= 1,
+        "A kept renewing the Lease while its write was in doubt"
+    );
+    assert!(
+        matches!(
+            late_write_outcomes(&sb).first(),
+            Some(LateWriteOutcome::Committed { .. })
+        ),
+        "the late write landed on LATE: {:?}",
+        late_write_outcomes(&sb)
+    );
+    assert_eq!(pod_cidrs(&sb, LATE), ["10.30.0.0/24"]);
+
+    sb.clear_faults();
+    let _ = b.stop.send(());
+    let _ = tokio::time::timeout(WAIT, b.task).await.expect("B stops");
+    sb.shutdown().await;
+}
