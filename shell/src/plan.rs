@@ -251,21 +251,18 @@ impl<'a> Planner<'a> {
     fn run(&self, mut sink: impl FnMut(PlanNode) -> io::Result<()>) -> io::Result<Vec<PlanPool>> {
         let mut allocator =
             Allocator::with_sizing(self.config, self.sizing.clone()).map_err(io::Error::other)?;
-        let occupied: Vec<NodeView> = self
-            .nodes
-            .iter()
-            .filter(|n| n.has_pod_cidrs())
-            .map(InputNode::view)
-            .collect();
-        let mut startup = allocator.startup_occupy(&occupied).into_iter();
-        drop(occupied);
+        // Start-up occupy, one Node at a time, keeping no decision: deciding a Node again below
+        // gives the same Keep or Skip (the allocator is idempotent), so neither the views nor the
+        // decisions of every Node with podCIDRs are held at once (at 300,000 Nodes, 60,000 of
+        // them holding blocks, they were ~30 MB of the 124 MiB peak).
+        allocator.reserve_nodes(self.nodes.iter().filter(|n| n.has_pod_cidrs()).count());
+        for node in self.nodes.iter().filter(|n| n.has_pod_cidrs()) {
+            drop(allocator.startup_occupy(std::slice::from_ref(&node.view())));
+        }
         for node in &self.nodes {
             let view = node.view();
             let decision = if view.has_pod_cidrs() {
-                match startup.next() {
-                    Some((_, decision)) => decision,
-                    None => allocator.decide(&view),
-                }
+                allocator.decide(&view)
             } else {
                 // Each write assumed applied; no index entry is kept for it (memory).
                 allocator.assign_untracked(&view)
