@@ -149,6 +149,37 @@ impl Cidr {
         Ok((cidr, cidr.network != addr_bits(&addr)))
     }
 
+    /// Parses `address/prefix_len` as kube-controller-manager reads a Node's podCIDRs: with
+    /// `netutils.ParseCIDRSloppy` (k8s.io/utils/net), which is Go 1.16's `net.ParseCIDR` kept for
+    /// values stored before Go 1.17. Besides what [`Cidr::parse_masked`] takes, it accepts
+    /// leading zeros, read as **decimal** (never octal): in IPv4 octets (`010.0.50.0/24` is
+    /// 10.0.50.0/24), in the dotted IPv4 tail of an IPv6 address (`::ffff:010.1.2.3/128`), in
+    /// IPv6 groups (`2001:00db8::/32`: more than four hex digits while the value fits 16 bits)
+    /// and in the prefix length (`/0024`). Host bits are cleared; the second value says whether
+    /// any were set. Compare the result's text with the input to know whether it was canonical.
+    ///
+    /// # Errors
+    /// [`CidrError::Syntax`] or [`CidrError::InvalidPrefixLen`], as for [`Cidr::parse`]; an
+    /// octet over 255 or a group over `ffff` is a [`CidrError::Syntax`].
+    pub fn parse_sloppy(text: &str) -> Result<(Cidr, bool), CidrError> {
+        let (addr_text, len_text) = text.split_once('/').ok_or(CidrError::Syntax)?;
+        let prefix_len = sloppy_decimal(len_text).ok_or(CidrError::Syntax)?;
+        let addr = if addr_text.contains(':') {
+            IpAddr::V6(sloppy_ipv6(addr_text)?)
+        } else {
+            IpAddr::V4(sloppy_ipv4(addr_text).ok_or(CidrError::Syntax)?)
+        };
+        let max = Family::of(&addr).max_prefix_len();
+        if prefix_len > u32::from(max) {
+            return Err(CidrError::InvalidPrefixLen {
+                prefix_len: prefix_len.min(255) as u8,
+                max,
+            });
+        }
+        let cidr = Cidr::new_masked(addr, prefix_len as u8)?;
+        Ok((cidr, cidr.network != addr_bits(&addr)))
+    }
+
     /// The address family.
     pub const fn family(&self) -> Family {
         self.family
@@ -231,6 +262,55 @@ fn split_cidr_text(text: &str) -> Result<(IpAddr, u8), CidrError> {
         });
     }
     Ok((addr, prefix_len as u8))
+}
+
+/// A run of decimal digits with any number of leading zeros, as Go's `dtoi`: `None` for an
+/// empty run, any other character, or a value past 2^24 (Go's limit; every caller then rejects it
+/// as too large anyway).
+fn sloppy_decimal(text: &str) -> Option<u32> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let digits = text.trim_start_matches('0');
+    if digits.len() > 8 {
+        return None;
+    }
+    let value = digits
+        .bytes()
+        .fold(0u32, |n, b| n * 10 + u32::from(b - b'0'));
+    (value < 0x00FF_FFFF).then_some(value)
+}
+
+/// A dotted quad whose octets may carry leading zeros (decimal), as Go 1.16's `parseIPv4`.
+fn sloppy_ipv4(text: &str) -> Option<Ipv4Addr> {
+    let mut octets = [0u8; 4];
+    let mut parts = text.split('.');
+    for octet in &mut octets {
+        *octet = u8::try_from(sloppy_decimal(parts.next()?)?).ok()?;
+    }
+    parts.next().is_none().then_some(Ipv4Addr::from(octets))
+}
+
+/// IPv6 text whose groups may carry leading zeros past four digits and whose dotted tail may
+/// carry leading zeros, as Go 1.16's `parseIPv6`: each part is rewritten without them (into a
+/// fixed buffer, no allocation) and the result parsed strictly.
+fn sloppy_ipv6(text: &str) -> Result<Ipv6Addr, CidrError> {
+    use fmt::Write as _;
+    let mut canonical: heapless::String<64> = heapless::String::new();
+    for (index, group) in text.split(':').enumerate() {
+        if index > 0 {
+            canonical.push(':').map_err(|_| CidrError::Syntax)?;
+        }
+        if group.contains('.') {
+            let tail = sloppy_ipv4(group).ok_or(CidrError::Syntax)?;
+            write!(canonical, "{tail}").map_err(|_| CidrError::Syntax)?;
+        } else if !group.is_empty() {
+            let trimmed = group.trim_start_matches('0');
+            let digits = if trimmed.is_empty() { "0" } else { trimmed };
+            canonical.push_str(digits).map_err(|_| CidrError::Syntax)?;
+        }
+    }
+    Ipv6Addr::from_str(&canonical).map_err(|_| CidrError::Syntax)
 }
 
 impl FromStr for Cidr {
@@ -366,6 +446,65 @@ mod tests {
         let (c, had) = Cidr::parse_masked("fd00::/48").unwrap();
         assert_eq!(c.prefix_len(), 48);
         assert!(!had);
+    }
+
+    /// k8s.io/utils/net's ParseCIDRSloppy cases (its forked `ip_test.go`: `127.001.002.003`,
+    /// `127.010.020.030`, `::ffff:127.001.002.003`) and their CIDR forms; leading zeros are
+    /// decimal, never octal (`010` is ten, `008` is eight).
+    #[test]
+    fn parse_sloppy_reads_leading_zeros_as_decimal() {
+        let cases = [
+            ("010.0.50.0/24", "10.0.50.0/24", false),
+            ("127.001.002.003/32", "127.1.2.3/32", false),
+            ("127.010.020.030/8", "127.0.0.0/8", true),
+            ("10.008.011.012/32", "10.8.11.12/32", false),
+            ("0000010.0.0.0/0024", "10.0.0.0/24", false),
+            ("10.1.9.9/24", "10.1.9.0/24", true),
+            ("10.0.50.0/24", "10.0.50.0/24", false),
+            ("::ffff:127.001.002.003/128", "::ffff:127.1.2.3/128", false),
+            ("2001:00db8::/32", "2001:db8::/32", false),
+            (
+                "2001:0db8:0000:0000:0000:0000:0000:0000/032",
+                "2001:db8::/32",
+                false,
+            ),
+            ("fd00:10:244::1/64", "fd00:10:244::/64", true),
+        ];
+        for (input, canonical, host_bits) in cases {
+            let (c, had) = Cidr::parse_sloppy(input).unwrap_or_else(|e| panic!("{input}: {e}"));
+            assert_eq!(show(&c).as_str(), canonical, "{input}");
+            assert_eq!(had, host_bits, "{input}");
+        }
+        // Still refused, as by ParseCIDRSloppy: octets past 255, groups past ffff, signs, empty
+        // parts, missing or extra parts, zones, prefix lengths past the width.
+        let bad = [
+            ("256.0.0.0/8", CidrError::Syntax),
+            ("0256.0.0.0/8", CidrError::Syntax),
+            ("10.0.0/24", CidrError::Syntax),
+            ("10.0.0.0.0/24", CidrError::Syntax),
+            ("10..0.0/24", CidrError::Syntax),
+            ("+10.0.0.0/24", CidrError::Syntax),
+            ("10.0.0.0/+8", CidrError::Syntax),
+            ("10.0.0.0", CidrError::Syntax),
+            ("10.0.0.0/", CidrError::Syntax),
+            (" 10.0.0.0/8", CidrError::Syntax),
+            ("2001:10000::/32", CidrError::Syntax),
+            ("fe80::1%eth0/64", CidrError::Syntax),
+            ("::ffff:256.0.0.1/128", CidrError::Syntax),
+            ("0x0a.0.0.0/8", CidrError::Syntax),
+            (
+                "010.0.0.0/033",
+                CidrError::InvalidPrefixLen {
+                    prefix_len: 33,
+                    max: 32,
+                },
+            ),
+        ];
+        for (input, err) in bad {
+            assert_eq!(Cidr::parse_sloppy(input), Err(err), "{input:?}");
+        }
+        // What the strict parsers refuse, the sloppy one reads: the reason it exists.
+        assert_eq!(Cidr::parse_masked("010.0.50.0/24"), Err(CidrError::Syntax));
     }
 
     #[test]

@@ -113,8 +113,11 @@ pub enum ConfigError {
     },
     /// The node mask size is shorter than the cluster prefix or longer than the address.
     NodeMaskSizeOutOfRange {
-        /// The flag that set it (or whose default applied).
+        /// The flag that set it, or the flag to set when the default applied (`defaulted`):
+        /// `--node-cidr-mask-size` single-stack, the family's flag dual-stack.
         flag: &'static str,
+        /// No flag gave a size (or only `0`, which means "the default"): the default applied.
+        defaulted: bool,
         /// The node mask size, bits.
         node_mask_size: u8,
         /// The cluster CIDR it applies to.
@@ -122,8 +125,11 @@ pub enum ConfigError {
     },
     /// The node mask size cuts the cluster CIDR into more than 2^24 blocks.
     NodeMaskSizeTooManyBlocks {
-        /// The flag that set it (or whose default applied).
+        /// The flag that set it, or the flag to set when the default applied (`defaulted`):
+        /// `--node-cidr-mask-size` single-stack, the family's flag dual-stack.
         flag: &'static str,
+        /// No flag gave a size (or only `0`, which means "the default"): the default applied.
+        defaulted: bool,
         /// The node mask size, bits.
         node_mask_size: u8,
         /// The cluster CIDR it applies to.
@@ -190,24 +196,43 @@ impl fmt::Display for ConfigError {
             }
             ConfigError::NodeMaskSizeOutOfRange {
                 flag,
+                defaulted,
                 node_mask_size,
                 cluster_cidr,
-            } => write!(
-                f,
-                "{flag}={node_mask_size} does not fit --cluster-cidr {cluster_cidr}: it must be between {} and {}",
-                cluster_cidr.prefix_len(),
-                cluster_cidr.family().max_prefix_len()
-            ),
+            } => {
+                // The valid range: the cluster prefix up to the address width, and at most 2^24
+                // blocks (MAX_BLOCK_BITS past the prefix).
+                let (low, high) = node_mask_size_range(cluster_cidr);
+                if *defaulted {
+                    write!(
+                        f,
+                        "the default node CIDR mask size /{node_mask_size} does not fit --cluster-cidr {cluster_cidr}: set {flag} between {low} and {high}"
+                    )
+                } else {
+                    write!(
+                        f,
+                        "{flag}={node_mask_size} does not fit --cluster-cidr {cluster_cidr}: it must be between {low} and {high}"
+                    )
+                }
+            }
             ConfigError::NodeMaskSizeTooManyBlocks {
                 flag,
+                defaulted,
                 node_mask_size,
                 cluster_cidr,
-            } => write!(
-                f,
-                "{flag}={node_mask_size} cuts --cluster-cidr {cluster_cidr} into 2^{} node CIDRs; at most 2^24 are supported: use a mask size of at most {}",
-                node_mask_size.saturating_sub(cluster_cidr.prefix_len()),
-                cluster_cidr.prefix_len().saturating_add(MAX_BLOCK_BITS)
-            ),
+            } => {
+                if *defaulted {
+                    write!(f, "the default node CIDR mask size /{node_mask_size}")?;
+                } else {
+                    write!(f, "{flag}={node_mask_size}")?;
+                }
+                let (low, high) = node_mask_size_range(cluster_cidr);
+                write!(
+                    f,
+                    " cuts --cluster-cidr {cluster_cidr} into 2^{} node CIDRs; at most 2^24 are supported: set {flag} between {low} and {high}",
+                    node_mask_size.saturating_sub(cluster_cidr.prefix_len()),
+                )
+            }
             ConfigError::ServiceCidrInvalid { index, error } => write!(
                 f,
                 "--service-cluster-ip-range entry {} is invalid ({error}); write e.g. --service-cluster-ip-range=10.96.0.0/12",
@@ -223,6 +248,16 @@ impl fmt::Display for ConfigError {
             ),
         }
     }
+}
+
+/// The node mask sizes `cluster_cidr` accepts, bits: from its prefix length to the address
+/// width, and at most [`MAX_BLOCK_BITS`] past the prefix (2^24 blocks).
+fn node_mask_size_range(cluster_cidr: &Cidr) -> (u8, u8) {
+    let low = cluster_cidr.prefix_len();
+    let high = low
+        .saturating_add(MAX_BLOCK_BITS)
+        .min(cluster_cidr.family().max_prefix_len());
+    (low, high)
 }
 
 impl core::error::Error for ConfigError {}
@@ -325,26 +360,38 @@ pub fn resolve_node_mask_sizes(
     let v4 = given(flags.node_cidr_mask_size_ipv4);
     let v6 = given(flags.node_cidr_mask_size_ipv6);
     let dual_stack = cluster_cidrs.len() > 1;
-    let mut v4_choice = (DEFAULT_NODE_MASK_SIZE_IPV4, "--node-cidr-mask-size-ipv4");
-    let mut v6_choice = (DEFAULT_NODE_MASK_SIZE_IPV6, "--node-cidr-mask-size-ipv6");
+    // (size, flag that set it or is to be set, whether the default applied)
+    let mut v4_choice = (
+        DEFAULT_NODE_MASK_SIZE_IPV4,
+        "--node-cidr-mask-size-ipv4",
+        true,
+    );
+    let mut v6_choice = (
+        DEFAULT_NODE_MASK_SIZE_IPV6,
+        "--node-cidr-mask-size-ipv6",
+        true,
+    );
     if dual_stack {
         if single.is_some() {
             return Err(ConfigError::SingleMaskWithDualStack);
         }
         if let Some(m) = v4 {
-            v4_choice.0 = m;
+            v4_choice = (m, v4_choice.1, false);
         }
         if let Some(m) = v6 {
-            v6_choice.0 = m;
+            v6_choice = (m, v6_choice.1, false);
         }
     } else {
         let single_family = cluster_cidrs.first().map(Cidr::family);
+        // Single-stack, the flag to name for a default is the generic one.
+        v4_choice.1 = "--node-cidr-mask-size";
+        v6_choice.1 = "--node-cidr-mask-size";
         if let Some(m) = single {
             if v4.is_some() || v6.is_some() {
                 return Err(ConfigError::SingleMaskWithFamilyMask);
             }
-            v4_choice = (m, "--node-cidr-mask-size");
-            v6_choice = (m, "--node-cidr-mask-size");
+            v4_choice = (m, "--node-cidr-mask-size", false);
+            v6_choice = (m, "--node-cidr-mask-size", false);
         } else {
             if let Some(m) = v4 {
                 if single_family == Some(Family::V6) {
@@ -352,7 +399,7 @@ pub fn resolve_node_mask_sizes(
                         flag_family: Family::V4,
                     });
                 }
-                v4_choice.0 = m;
+                v4_choice = (m, "--node-cidr-mask-size-ipv4", false);
             }
             if let Some(m) = v6 {
                 if single_family == Some(Family::V4) {
@@ -360,13 +407,13 @@ pub fn resolve_node_mask_sizes(
                         flag_family: Family::V6,
                     });
                 }
-                v6_choice.0 = m;
+                v6_choice = (m, "--node-cidr-mask-size-ipv6", false);
             }
         }
     }
     let mut out = Vec::new();
     for cluster_cidr in cluster_cidrs.iter().take(2) {
-        let (node_mask_size, flag) = match cluster_cidr.family() {
+        let (node_mask_size, flag, defaulted) = match cluster_cidr.family() {
             Family::V4 => v4_choice,
             Family::V6 => v6_choice,
         };
@@ -375,6 +422,7 @@ pub fn resolve_node_mask_sizes(
         {
             return Err(ConfigError::NodeMaskSizeOutOfRange {
                 flag,
+                defaulted,
                 node_mask_size,
                 cluster_cidr: *cluster_cidr,
             });
@@ -382,6 +430,7 @@ pub fn resolve_node_mask_sizes(
         if node_mask_size - cluster_cidr.prefix_len() > MAX_BLOCK_BITS {
             return Err(ConfigError::NodeMaskSizeTooManyBlocks {
                 flag,
+                defaulted,
                 node_mask_size,
                 cluster_cidr: *cluster_cidr,
             });
@@ -527,6 +576,7 @@ mod tests {
                 flags(Some(8), None, None),
                 ConfigError::NodeMaskSizeOutOfRange {
                     flag: "--node-cidr-mask-size",
+                    defaulted: false,
                     node_mask_size: 8,
                     cluster_cidr: Cidr::parse("10.0.0.0/16").unwrap(),
                 },
@@ -537,11 +587,12 @@ mod tests {
                 "",
                 flags(None, None, None),
                 ConfigError::NodeMaskSizeTooManyBlocks {
-                    flag: "--node-cidr-mask-size-ipv6",
+                    flag: "--node-cidr-mask-size",
+                    defaulted: true,
                     node_mask_size: 64,
                     cluster_cidr: Cidr::parse("fd00::/32").unwrap(),
                 },
-                "at most 56",
+                "the default node CIDR mask size /64 cuts --cluster-cidr fd00::/32 into 2^32 node CIDRs; at most 2^24 are supported: set --node-cidr-mask-size between 32 and 56",
             ),
             (
                 "10.0.0.0/8,::ffff:10.0.0.0/104",
@@ -584,6 +635,38 @@ mod tests {
             let message = got.to_string();
             assert!(message.contains(text), "{message:?} lacks {text:?}");
         }
+    }
+
+    /// The node mask size errors name the flag the user typed, or the one to set when the default
+    /// applied (single-stack: the generic one), and give the whole valid range, 2^24 cap included
+    /// (`fd00::/48` takes 48 to 72, not 48 to 128).
+    #[test]
+    fn node_mask_size_errors_name_the_flag_and_the_capped_range() {
+        let message = |cluster: &str, f: NodeMaskFlags| {
+            let error = resolve_node_mask_sizes(&[Cidr::parse(cluster).unwrap()], f)
+                .expect_err("out of range");
+            std::format!("{error}")
+        };
+        assert_eq!(
+            message("fd00::/48", flags(Some(40), None, None)),
+            "--node-cidr-mask-size=40 does not fit --cluster-cidr fd00::/48: it must be between 48 and 72"
+        );
+        assert_eq!(
+            message("10.0.0.0/26", flags(None, None, None)),
+            "the default node CIDR mask size /24 does not fit --cluster-cidr 10.0.0.0/26: set --node-cidr-mask-size between 26 and 32"
+        );
+        assert_eq!(
+            message("10.0.0.0/26", flags(Some(0), None, None)),
+            "the default node CIDR mask size /24 does not fit --cluster-cidr 10.0.0.0/26: set --node-cidr-mask-size between 26 and 32"
+        );
+        assert_eq!(
+            message("10.0.0.0/26", flags(None, Some(25), None)),
+            "--node-cidr-mask-size-ipv4=25 does not fit --cluster-cidr 10.0.0.0/26: it must be between 26 and 32"
+        );
+        assert_eq!(
+            message("fd00::/48", flags(Some(100), None, None)),
+            "--node-cidr-mask-size=100 cuts --cluster-cidr fd00::/48 into 2^52 node CIDRs; at most 2^24 are supported: set --node-cidr-mask-size between 48 and 72"
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! | code | finding |
 //! |---|---|
 //! | R05 | a cluster CIDR holds a single node block (e.g. an IPv6 /64 with the default /64 mask): one Node gets a pod CIDR, every other waits; with node-pool rules or mask labels giving finer sizes, a Node of the default size takes the whole cluster CIDR |
-//! | R08 | a Node's podCIDR is not canonical (`10.1.2.2/24`): host bits set, or written otherwise than its canonical form (whatever its size: a podCIDR of another size than the default, kept under node-pool rules, is not a finding) |
+//! | R08 | a Node's podCIDR is not canonical (`10.1.2.2/24`, `010.0.50.0/24`): host bits set, leading zeros (read as decimal, as kcm's ParseCIDRSloppy), or written otherwise than its canonical form (whatever its size: a podCIDR of another size than the default, kept under node-pool rules, is not a finding) |
 //! | R10 | dual-stack: a Node's podCIDRs are in the other family order than `--cluster-cidr` |
 //! | R11 | dual-stack: a Node has podCIDRs of one family only — it will never get the other |
 //! | R13 | no `--service-cluster-ip-range`, while a cluster CIDR overlaps a well-known default service range |
@@ -76,8 +76,12 @@ pub enum Finding {
         /// The cluster CIDR of the family it lacks.
         missing: Cidr,
     },
-    /// R13: no service CIDR, and `cluster_cidr` overlaps `service_cidr` (`what`).
+    /// R13: no service CIDR (or only IPv4-mapped ones, `mapped_only`), and `cluster_cidr`
+    /// overlaps `service_cidr` (`what`).
     ServiceRangeUnset {
+        /// `--service-cluster-ip-range` is given, but only with IPv4-mapped entries, which filter
+        /// nothing ([`Finding::MappedServiceCidr`]).
+        mapped_only: bool,
         /// The cluster CIDR.
         cluster_cidr: Cidr,
         /// The well-known service range it overlaps.
@@ -132,10 +136,15 @@ impl Finding {
                     Family::V4 => "--node-cidr-mask-size-ipv4",
                     Family::V6 => "--node-cidr-mask-size-ipv6",
                 };
-                let example = cluster_cidr
-                    .prefix_len()
-                    .saturating_add(16)
-                    .min(cluster_cidr.family().max_prefix_len());
+                // 2^16 blocks, but each keeps at least 16 addresses (a /32 or /128 block holds one
+                // pod address: no suggestion to give).
+                let finest = cluster_cidr.family().max_prefix_len() - 4;
+                let example = cluster_cidr.prefix_len().saturating_add(16).min(finest);
+                if example <= cluster_cidr.prefix_len() {
+                    return format!(
+                        "cluster CIDR {cluster_cidr} with node mask /{node_mask_size} holds a single block: one Node gets a pod CIDR and every other waits, and it is too small to share (a node block needs at least 16 addresses, a /{finest}); give a larger --cluster-cidr"
+                    );
+                }
                 if grid_mask > node_mask_size {
                     format!(
                         "cluster CIDR {cluster_cidr} with node mask /{node_mask_size} holds a single block of the default size: Nodes that node-pool rules or mask labels size get blocks down to /{grid_mask}, but a Node of the default size gets a pod CIDR only while the whole cluster CIDR is free, so the first one takes all of it and every Node after it waits; give a longer default mask with {flag} (or --node-cidr-mask-size), e.g. /{example}, or make every Node match a rule"
@@ -150,9 +159,17 @@ impl Finding {
                 node,
                 written,
                 canonical,
-            } => format!(
-                "Node {node} has podCIDR {written:?}, which is not canonical: the controller reserves {canonical}, but a CNI reading the Node may use the address as written"
-            ),
+            } => {
+                if Cidr::parse_masked(written).is_err() {
+                    format!(
+                        "Node {node} has podCIDR {written:?}, which is not canonical (leading zeros): the controller reads them as decimal, as kube-controller-manager does, and reserves {canonical}, but a tool reading them as octal sees another range; write podCIDRs without leading zeros"
+                    )
+                } else {
+                    format!(
+                        "Node {node} has podCIDR {written:?}, which is not canonical: the controller reserves {canonical}, but a CNI reading the Node may use the address as written"
+                    )
+                }
+            }
             Finding::FamilyOrder { node, pod_cidrs } => format!(
                 "Node {node} has podCIDRs [{}] in the other family order than --cluster-cidr: kept (matched by family), but kube-controller-manager would refuse them, and spec.podCIDR is of the other family than on new Nodes",
                 pod_cidrs.join(",")
@@ -162,12 +179,20 @@ impl Finding {
                 missing.family()
             ),
             Finding::ServiceRangeUnset {
+                mapped_only,
                 cluster_cidr,
                 service_cidr,
                 what,
-            } => format!(
-                "no --service-cluster-ip-range is given, and cluster CIDR {cluster_cidr} overlaps {service_cidr} ({what}): if Services use it, pod CIDRs will be allocated over Service IPs; pass the cluster's service range with --service-cluster-ip-range"
-            ),
+            } => {
+                let given = if *mapped_only {
+                    "--service-cluster-ip-range has only IPv4-mapped entries, which filter nothing"
+                } else {
+                    "no --service-cluster-ip-range is given"
+                };
+                format!(
+                    "{given}, and cluster CIDR {cluster_cidr} overlaps {service_cidr} ({what}): if Services use it, pod CIDRs will be allocated over Service IPs; pass the cluster's service range with --service-cluster-ip-range"
+                )
+            }
             Finding::MappedServiceCidr { service_cidr } => format!(
                 "--service-cluster-ip-range entry {service_cidr} is in the IPv4-mapped IPv6 range: it overlaps no cluster CIDR, so it filters nothing (kube-controller-manager reads it as an IPv4 range); write it as IPv4"
             ),
@@ -240,6 +265,7 @@ pub fn config_findings(config: &IpamConfig, sizing: &Sizing) -> Vec<Finding> {
             });
             if let Some((service_cidr, what)) = hit {
                 findings.push(Finding::ServiceRangeUnset {
+                    mapped_only: !config.service_cidrs.is_empty(),
                     cluster_cidr: cluster.cluster_cidr,
                     service_cidr,
                     what,
@@ -253,11 +279,22 @@ pub fn config_findings(config: &IpamConfig, sizing: &Sizing) -> Vec<Finding> {
 /// Findings about one Node that has podCIDRs (R08, R10, R11); none for a Node without them, or
 /// whose podCIDRs do not parse (the allocator skips it with its own event).
 pub fn node_findings(config: &IpamConfig, node: &NodeView) -> Vec<Finding> {
+    let cluster_cidrs: Vec<Cidr> = config
+        .cluster_cidrs
+        .iter()
+        .map(|c| c.cluster_cidr)
+        .collect();
+    node_findings_in(&cluster_cidrs, node)
+}
+
+/// [`node_findings`] given the cluster CIDRs alone (flag order), as the allocator has them: it
+/// reports the findings of a Node whose podCIDRs it occupies while running, with the same events.
+pub fn node_findings_in(cluster_cidrs: &[Cidr], node: &NodeView) -> Vec<Finding> {
     let raw = node.raw_pod_cidrs();
     let mut parsed = Vec::with_capacity(raw.len());
     let mut findings = Vec::new();
     for text in &raw {
-        let Ok((cidr, _)) = Cidr::parse_masked(text) else {
+        let Ok((cidr, _)) = Cidr::parse_sloppy(text) else {
             return Vec::new();
         };
         if cidr.to_string() != *text {
@@ -269,8 +306,8 @@ pub fn node_findings(config: &IpamConfig, node: &NodeView) -> Vec<Finding> {
         }
         parsed.push(cidr);
     }
-    if let [first, second] = config.cluster_cidrs.as_slice() {
-        let (first, second) = (first.cluster_cidr, second.cluster_cidr);
+    if let [first, second] = cluster_cidrs {
+        let (first, second) = (*first, *second);
         match parsed.as_slice() {
             [a, b] if a.family() == second.family() && b.family() == first.family() => {
                 findings.push(Finding::FamilyOrder {
@@ -452,6 +489,28 @@ mod tests {
         assert!(node_findings(&ipam, &view("c", &["***HIDDEN***/25"])).is_empty());
     }
 
+    /// R08 for a podCIDR stored with leading zeros (`010.0.50.0/24`): read as decimal, as
+    /// kube-controller-manager's ParseCIDRSloppy reads it, and reported with what that means.
+    #[test]
+    fn r08_leading_zeros() {
+        let ipam = config("10.0.0.0/16", "10.96.0.0/12", None);
+        let findings = node_findings(&ipam, &view("a", &["010.0.50.0/24"]));
+        assert_eq!(
+            findings,
+            [Finding::NonCanonicalPodCidr {
+                node: "a".into(),
+                written: "010.0.50.0/24".to_owned(),
+                canonical: cidr("10.0.50.0/24"),
+            }]
+        );
+        assert_eq!(
+            findings[0].message(),
+            "Node a has podCIDR \"010.0.50.0/24\", which is not canonical (leading zeros): the controller reads them as decimal, as kube-controller-manager does, and reserves 10.0.50.0/24, but a tool reading them as octal sees another range; write podCIDRs without leading zeros"
+        );
+        let event = findings[0].event().expect("per-Node finding has an event");
+        assert_eq!(event.reason, reasons::POD_CIDR_NOT_CANONICAL);
+    }
+
     /// R08 is about how a podCIDR is written, not its size: canonical podCIDRs of other sizes
     /// than the default (kept under node-pool rules: a /23 and a /26 beside /24s) are no finding,
     /// and a non-canonical /23 is reported with its own size.
@@ -514,6 +573,7 @@ mod tests {
         assert_eq!(
             findings.first(),
             Some(&Finding::ServiceRangeUnset {
+                mapped_only: false,
                 cluster_cidr: cidr("10.0.0.0/8"),
                 service_cidr: cidr("10.96.0.0/12"),
                 what: "kubeadm's default service subnet",
@@ -527,9 +587,59 @@ mod tests {
             "{mapped:?}"
         );
         assert!(
-            matches!(mapped[1], Finding::ServiceRangeUnset { .. }),
+            matches!(
+                mapped[1],
+                Finding::ServiceRangeUnset {
+                    mapped_only: true,
+                    ..
+                }
+            ),
             "{mapped:?}"
         );
+        // The second note does not say that no range is given: one is, but it filters nothing.
+        assert!(
+            mapped[1].message().starts_with("--service-cluster-ip-range has only IPv4-mapped entries, which filter nothing, and cluster CIDR 10.0.0.0/8 overlaps 10.96.0.0/12"),
+            "{}",
+            mapped[1].message()
+        );
+        assert!(
+            findings[0]
+                .message()
+                .starts_with("no --service-cluster-ip-range is given")
+        );
+    }
+
+    /// R05 on a cluster CIDR of one /24 block with the /24 mask: the suggestion keeps 16
+    /// addresses per block (/28; it said /32, one address), and a cluster CIDR too small to share
+    /// gets no mask suggestion but a larger --cluster-cidr.
+    #[test]
+    fn r05_suggests_a_usable_mask() {
+        let ipam = nodeipam_core::config::validate(
+            "10.0.0.0/24",
+            "",
+            nodeipam_core::NodeMaskFlags {
+                node_cidr_mask_size: Some(24),
+                ..nodeipam_core::NodeMaskFlags::default()
+            },
+        )
+        .expect("valid");
+        let message = range_findings(&ipam)[0].message();
+        assert!(message.ends_with("e.g. /28"), "{message}");
+        let ipam = nodeipam_core::config::validate(
+            "10.0.0.0/29",
+            "",
+            nodeipam_core::NodeMaskFlags {
+                node_cidr_mask_size: Some(29),
+                ..nodeipam_core::NodeMaskFlags::default()
+            },
+        )
+        .expect("valid");
+        let message = range_findings(&ipam)[0].message();
+        assert!(
+            message.ends_with("give a larger --cluster-cidr"),
+            "{message}"
+        );
+        assert!(!message.contains("e.g."), "{message}");
     }
 
     #[test]

@@ -243,8 +243,9 @@ pub struct ControllerFlags {
     /// How long a non-leader waits after the last renewal before taking the Lease.
     #[arg(long, global = true, value_name = "DURATION", default_value = "15s", value_parser = parse_go_duration)]
     pub leader_elect_lease_duration: Duration,
-    /// How long the leader keeps trying to renew before giving up leadership; must be shorter than
-    /// the lease duration (with the defaults, the leader renews once 5s of its 15s Lease are left).
+    /// How long the leader keeps trying to renew before giving up leadership, counted from the
+    /// start of its last successful renewal; must be shorter than the lease duration. The leader
+    /// renews every --leader-elect-retry-period (2s by default), not only near the deadline.
     #[arg(long, global = true, value_name = "DURATION", default_value = "10s", value_parser = parse_go_duration)]
     pub leader_elect_renew_deadline: Duration,
     /// Wait between attempts to acquire or renew the Lease: a standby takes a released Lease
@@ -335,10 +336,22 @@ impl CompatFlags {
     /// One line naming the flag and saying why.
     pub fn validate(&self, controller: &ControllerFlags) -> Result<(), String> {
         if !kcm::node_ipam_enabled(&self.controllers) {
-            return Err(format!(
-                "--controllers={} does not enable the node IPAM controller (nodeipam), and this process is that controller: remove -nodeipam here (keep it on kube-controller-manager)",
-                self.controllers.join(",")
-            ));
+            let controllers = self.controllers.join(",");
+            // The entry that disables it, if one does (kcm: the first entry naming it decides).
+            let disabling = self.controllers.iter().find_map(|entry| {
+                let name = entry.strip_prefix('-').unwrap_or(entry);
+                kcm::NODE_IPAM_CONTROLLER_NAMES
+                    .contains(&name)
+                    .then_some(entry.as_str())
+            });
+            return Err(match disabling {
+                Some(entry) => format!(
+                    "--controllers={controllers} does not enable the node IPAM controller (nodeipam), and this process is that controller: remove {entry} here (keep it on kube-controller-manager)"
+                ),
+                None => format!(
+                    "--controllers={controllers} does not enable the node IPAM controller (nodeipam): it names neither nodeipam nor *, and this process is that controller; add nodeipam (or *) here, or leave --controllers out"
+                ),
+            });
         }
         if controller.leader_elect && self.leader_elect_resource_lock != "leases" {
             return Err(format!(
@@ -393,10 +406,47 @@ where
     T: Into<String>,
 {
     let argv = pflag::normalize_args(argv);
+    check_spaced_bool_values(&argv)?;
     let mut matches = command().try_get_matches_from(argv)?;
     let ignored = kcm::given_ignored(&matches);
     let cli = Cli::from_arg_matches_mut(&mut matches)?;
     Ok(Parsed { cli, ignored })
+}
+
+/// Refuses a boolean flag followed by a separate boolean word (`--leader-elect True`): pflag, and
+/// so kube-controller-manager, reads that as `--leader-elect` (true) and a stray argument `True`,
+/// which clap would then blame on its own (an unknown subcommand, or `plan`'s NodeList file).
+/// Booleans take their value after `=` only.
+///
+/// # Errors
+/// One line naming the flag and the form to write.
+fn check_spaced_bool_values(argv: &[String]) -> Result<(), clap::Error> {
+    let command = command();
+    for pair in argv.windows(2) {
+        let (flag, value) = (&pair[0], &pair[1]);
+        if flag == "--" {
+            break;
+        }
+        let Some(name) = flag.strip_prefix("--").filter(|n| !n.contains('=')) else {
+            continue;
+        };
+        // pflag's booleans here: a value only after `=`, and optional (`--flag` alone is true).
+        let is_bool = command.get_arguments().any(|a| {
+            a.get_long() == Some(name)
+                && a.is_require_equals_set()
+                && a.get_num_args()
+                    .is_some_and(|n| n.min_values() == 0 && n.max_values() == 1)
+        });
+        if is_bool && pflag::parse_bool(value).is_ok() {
+            return Err(command.clone().error(
+                clap::error::ErrorKind::InvalidValue,
+                format!(
+                    "--{name} {value}: a boolean flag takes its value after '=' (--{name}={value}); given apart, {value:?} is a separate argument, as kube-controller-manager reads it"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 impl IpamFlags {
@@ -767,6 +817,103 @@ mod tests {
         .expect_err("missing file")
         .to_string();
         assert!(error.contains("/nonexistent/rules"), "{error}");
+    }
+
+    /// `--leader-elect-renew-deadline`'s help says what the leader does: it renews every retry
+    /// period (it said the leader renewed once 5s of the 15s Lease were left).
+    #[test]
+    fn renew_deadline_help_says_when_the_leader_renews() {
+        use clap::CommandFactory;
+        let command = Cli::command();
+        let help = command
+            .get_arguments()
+            .find(|a| a.get_id() == "leader_elect_renew_deadline")
+            .and_then(|a| a.get_help())
+            .map(ToString::to_string)
+            .expect("documented flag");
+        assert!(
+            help.contains("renews every --leader-elect-retry-period (2s by default)"),
+            "{help}"
+        );
+        assert!(!help.contains("5s of its 15s"), "{help}");
+    }
+
+    /// `--leader-elect True` (value apart) is refused naming the flag and `--leader-elect=True`;
+    /// it blamed `True` as a subcommand, or as `plan`'s file.
+    #[test]
+    fn boolean_value_given_apart_names_the_flag() {
+        for argv in [
+            vec![
+                "nodeipam-controller",
+                "--leader-elect",
+                "True",
+                "--cluster-cidr=10.0.0.0/16",
+            ],
+            vec!["nodeipam-controller", "plan", "--leader-elect", "True"],
+            vec!["nodeipam-controller", "--allocate-node-cidrs", "false"],
+        ] {
+            let error = parse_from(argv.clone())
+                .map(|_| ())
+                .expect_err("refused")
+                .to_string();
+            let flag = argv
+                .iter()
+                .find(|a| a.starts_with("--") && !a.contains('='))
+                .unwrap();
+            let value = argv[argv.iter().position(|a| a == flag).unwrap() + 1];
+            assert!(
+                error.contains(&format!(
+                    "{flag} {value}: a boolean flag takes its value after '=' ({flag}={value})"
+                )),
+                "{argv:?}: {error}"
+            );
+        }
+        // `=` forms, and a flag alone before another flag or `plan`'s file, are fine.
+        for argv in [
+            vec![
+                "nodeipam-controller",
+                "--leader-elect=True",
+                "--cluster-cidr=10.0.0.0/16",
+            ],
+            vec![
+                "nodeipam-controller",
+                "--leader-elect",
+                "--cluster-cidr=10.0.0.0/16",
+            ],
+            vec![
+                "nodeipam-controller",
+                "plan",
+                "--leader-elect",
+                "nodes.json",
+            ],
+        ] {
+            assert!(parse_from(argv.clone()).is_ok(), "{argv:?}");
+        }
+    }
+
+    /// `--controllers` that leaves nodeipam out: the message says what to change — remove the
+    /// entry that disables it, or add it when nothing names it (it said "remove -nodeipam" for
+    /// `--controllers=bootstrapsigner`, which has none).
+    #[test]
+    fn controllers_without_nodeipam_say_what_to_change() {
+        let error = |controllers: &str| {
+            let cli = Cli::try_parse_from(["nodeipam-controller", controllers]).expect("parses");
+            cli.compat.validate(&cli.controller).expect_err("refused")
+        };
+        assert_eq!(
+            error("--controllers=bootstrapsigner"),
+            "--controllers=bootstrapsigner does not enable the node IPAM controller (nodeipam): it names neither nodeipam nor *, and this process is that controller; add nodeipam (or *) here, or leave --controllers out"
+        );
+        assert_eq!(
+            error("--controllers=*,-node-ipam-controller"),
+            "--controllers=*,-node-ipam-controller does not enable the node IPAM controller (nodeipam), and this process is that controller: remove -node-ipam-controller here (keep it on kube-controller-manager)"
+        );
+        let cli = Cli::try_parse_from([
+            "nodeipam-controller",
+            "--controllers=bootstrapsigner,nodeipam",
+        ])
+        .expect("parses");
+        assert_eq!(cli.compat.validate(&cli.controller), Ok(()));
     }
 
     #[test]

@@ -11,6 +11,11 @@
 //! | 6 | plus kube-rs at `debug` (requests) |
 //! | 7 and more | everything at `trace` (hyper, rustls, …) |
 //!
+//! Below `-v=6`, kube-rs's HTTP trace layer (`kube_client::client::builder`) is off: it logs an
+//! ERROR line for every 5xx or failed request (`failed with status 503 Service Unavailable`)
+//! before the controller handles the failure and logs it once itself (a WARN naming the Node or
+//! Lease and what happens next), so each handled failure was logged twice.
+//!
 //! `RUST_LOG`, when set to a valid filter, replaces the mapping (it names targets and levels
 //! exactly; the start-up line says so). Warnings and errors show at every verbosity.
 //!
@@ -36,9 +41,9 @@ use crate::flags::{LogFormat, LoggingFlags};
 /// The tracing filter for klog verbosity `v` (see the module table).
 pub fn filter_for_verbosity(v: u32) -> &'static str {
     match v {
-        0..=3 => "info",
-        4 => "info,nodeipam=debug,nodeipam_controller=debug",
-        5 => "info,nodeipam=trace,nodeipam_controller=trace",
+        0..=3 => "info,kube_client::client::builder=off",
+        4 => "info,nodeipam=debug,nodeipam_controller=debug,kube_client::client::builder=off",
+        5 => "info,nodeipam=trace,nodeipam_controller=trace,kube_client::client::builder=off",
         6 => {
             "info,nodeipam=trace,nodeipam_controller=trace,kube=debug,kube_client=debug,kube_runtime=debug"
         }
@@ -271,6 +276,23 @@ mod tests {
         assert_eq!(lines[3]["ok"], true);
     }
 
+    /// A failed request is logged once, by the controller: kube-rs's trace layer's own ERROR
+    /// line (target `kube_client::client::builder`, "failed with status 503") is filtered out at
+    /// every verbosity below 6; at 6 and up (HTTP debugging) it shows.
+    #[test]
+    fn kube_clients_own_error_lines_are_filtered_below_v6() {
+        let emit = || {
+            tracing::error!(target: "kube_client::client::builder", "failed with status 503 Service Unavailable");
+            tracing::warn!(target: "nodeipam::controller::worker", node = "a", "writing spec.podCIDRs did not succeed");
+        };
+        for v in [0, 2, 4, 5] {
+            let lines = capture(filter_for_verbosity(v), emit);
+            let messages: Vec<&str> = lines.iter().filter_map(|l| l["msg"].as_str()).collect();
+            assert_eq!(messages, ["writing spec.podCIDRs did not succeed"], "v={v}");
+        }
+        assert_eq!(capture(filter_for_verbosity(6), emit).len(), 2);
+    }
+
     #[test]
     fn verbosity_maps_onto_filters_and_rust_log_wins() {
         let lines = capture(filter_for_verbosity(2), || {
@@ -282,7 +304,10 @@ mod tests {
             tracing::debug!("shown at v=4 for this crate");
         });
         assert_eq!(lines.len(), 1);
-        assert_eq!(filter_for_verbosity(0), "info");
+        assert_eq!(
+            filter_for_verbosity(0),
+            "info,kube_client::client::builder=off"
+        );
         assert_eq!(filter_for_verbosity(9), "trace");
         assert_eq!(
             choose_filter(4, Some("warn")).1,

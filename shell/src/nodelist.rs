@@ -17,22 +17,25 @@ use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 use crate::Error;
+use crate::compact::{PodCidrTexts, Uid};
 use crate::reconcile::{NodeName, NodeView};
 
 /// One Node of the input, reduced to what the allocator reads (`metadata.name`, `metadata.uid`,
 /// `metadata.deletionTimestamp` set or not, the labels the node-pool rules read, `spec.podCIDR`,
-/// `spec.podCIDRs`). 64 bytes plus the name; the podCIDR texts only for Nodes that have them, the
-/// label values only for Nodes that carry a watched label.
+/// `spec.podCIDRs`). 72 bytes plus the name; the uid inline when it is a canonical UUID, the
+/// podCIDRs (compact, [`PodCidrTexts`]) only for Nodes that have them, the label values only for
+/// Nodes that carry a watched label.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InputNode {
     /// `metadata.name`.
     pub name: NodeName,
-    /// `metadata.uid`.
-    pub uid: Option<Box<str>>,
+    /// `metadata.uid` (compact: 16 bytes inline for a canonical UUID).
+    pub uid: Option<Uid>,
     /// Whether `metadata.deletionTimestamp` is set.
     pub deleting: bool,
-    /// `spec.podCIDR` (non-empty) and `spec.podCIDRs`, when either is set.
-    pub pod_cidrs: Option<Box<(Option<String>, Vec<String>)>>,
+    /// `spec.podCIDR` (non-empty) and `spec.podCIDRs`, when either is set (never
+    /// [`PodCidrTexts::Unset`]).
+    pub pod_cidrs: Option<Box<PodCidrTexts>>,
     /// The labels among the watched keys ([`read_nodes`]'s `label_keys`) that the Node has:
     /// `(key, value)`, keys in the order given and shared between Nodes. Empty without node-pool
     /// rules.
@@ -43,7 +46,7 @@ impl InputNode {
     /// The allocator's view of this Node.
     pub fn view(&self) -> NodeView {
         let (pod_cidr, pod_cidrs) = match &self.pod_cidrs {
-            Some(cidrs) => (cidrs.0.clone(), cidrs.1.clone()),
+            Some(cidrs) => (cidrs.pod_cidr(), cidrs.pod_cidrs()),
             None => (None, Vec::new()),
         };
         NodeView {
@@ -51,7 +54,7 @@ impl InputNode {
             pod_cidr,
             pod_cidrs,
             deleting: self.deleting,
-            uid: self.uid.as_deref().map(str::to_owned),
+            uid: self.uid.as_ref().map(ToString::to_string),
             labels: self
                 .labels
                 .iter()
@@ -73,9 +76,10 @@ impl InputNode {
             })
             .collect();
         InputNode {
-            uid: view.uid.map(String::into_boxed_str),
+            uid: view.uid.as_deref().map(Uid::new),
             deleting: view.deleting,
-            pod_cidrs: has.then(|| Box::new((view.pod_cidr, view.pod_cidrs))),
+            pod_cidrs: has
+                .then(|| Box::new(PodCidrTexts::new(view.pod_cidr.as_deref(), &view.pod_cidrs))),
             name: view.name,
             labels,
         }
@@ -302,11 +306,11 @@ fn input_node(metadata: Option<Metadata>, spec: Option<Spec>) -> InputNode {
         ),
         None => (None, Vec::new()),
     };
-    let pod_cidrs =
-        (pod_cidr.is_some() || !pod_cidrs.is_empty()).then(|| Box::new((pod_cidr, pod_cidrs)));
+    let pod_cidrs = (pod_cidr.is_some() || !pod_cidrs.is_empty())
+        .then(|| Box::new(PodCidrTexts::new(pod_cidr.as_deref(), &pod_cidrs)));
     InputNode {
         name: metadata.name.unwrap_or_default().into(),
-        uid: metadata.uid.map(String::into_boxed_str),
+        uid: metadata.uid.as_deref().map(Uid::new),
         deleting: metadata.deleting,
         pod_cidrs,
         labels: metadata.labels.into_boxed_slice(),

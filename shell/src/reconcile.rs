@@ -101,11 +101,12 @@ impl NodeView {
         self.pod_cidr.is_some() || !self.pod_cidrs.is_empty()
     }
 
-    /// The podCIDRs parsed (Go-style: host bits allowed), or `None` if any is not a CIDR.
+    /// The podCIDRs parsed as kube-controller-manager reads them ([`Cidr::parse_sloppy`]: host
+    /// bits and leading zeros allowed), or `None` if any is not a CIDR.
     fn parsed_pod_cidrs(&self) -> Option<Vec<Cidr>> {
         self.raw_pod_cidrs()
             .iter()
-            .map(|t| Cidr::parse_masked(t).ok().map(|(c, _)| c))
+            .map(|t| Cidr::parse_sloppy(t).ok().map(|(c, _)| c))
             .collect()
     }
 }
@@ -518,6 +519,14 @@ pub struct Allocator {
     /// Nodes without podCIDRs refused for their mask label: the object (uid) and the reason last
     /// reported, so the event is published once per reason, not on every reconcile.
     label_refusals: HashMap<NodeName, (Option<Box<str>>, String)>,
+    /// Bumped whenever what the Nodes hold changes ([`Allocator::put`], [`Allocator::take`]).
+    holdings_generation: u64,
+    /// The last clause of [`Allocator::space_holders`]: `(holdings_generation, cluster CIDR,
+    /// clause)`. While the pool is full nothing is held anew, so every further failure reuses it
+    /// instead of looking through every record again (O(1) per failing Node, not O(held)).
+    space_holders_memo: Option<(u64, Cidr, String)>,
+    /// Records [`Allocator::space_holders`] has looked through, in total (its cost, for tests).
+    space_holders_visited: u64,
 }
 
 impl Allocator {
@@ -560,6 +569,9 @@ impl Allocator {
             skipped: 0,
             sizing,
             label_refusals: HashMap::new(),
+            holdings_generation: 0,
+            space_holders_memo: None,
+            space_holders_visited: 0,
         })
     }
 
@@ -656,6 +668,7 @@ impl Allocator {
 
     /// Stores `record` for `name` (replacing none: callers [`Allocator::take`] first).
     fn put(&mut self, name: NodeName, record: NodeRecord) {
+        self.holdings_generation = self.holdings_generation.wrapping_add(1);
         if matches!(record.state, RecordState::Skipped(_)) {
             self.skipped += 1;
         }
@@ -669,10 +682,18 @@ impl Allocator {
     /// Removes and returns `name`'s record.
     fn take(&mut self, name: &str) -> Option<NodeRecord> {
         let record = self.nodes.remove(name)?;
+        self.holdings_generation = self.holdings_generation.wrapping_add(1);
         if matches!(record.state, RecordState::Skipped(_)) {
             self.skipped -= 1;
         }
         Some(record)
+    }
+
+    /// Makes room for `additional` more Node records at once (e.g. the Nodes with podCIDRs of a
+    /// list about to be occupied), so the index is not grown, old and new table side by side,
+    /// while they are added (at 60,000 records that transient was ~6 MB).
+    pub fn reserve_nodes(&mut self, additional: usize) {
+        self.nodes.reserve(additional);
     }
 
     /// Names of every Node the allocator holds something for (sorted).
@@ -1160,8 +1181,25 @@ impl Allocator {
     /// For an exhausted cluster CIDR: names the Nodes holding a range larger than any size the
     /// configuration gives (e.g. a skipped Node whose podCIDR covers the whole cluster CIDR),
     /// largest first, at most three, as a clause to append to the reason (empty when every Node
-    /// holds a block of a configured size).
-    fn space_holders(&self, cluster_cidr: Cidr) -> String {
+    /// holds a block of a configured size). Looks through the records only when holdings changed
+    /// since the last call for this cluster CIDR (see [`Allocator::space_holders_memo`]).
+    fn space_holders(&mut self, cluster_cidr: Cidr) -> String {
+        if let Some((generation, cidr, clause)) = &self.space_holders_memo
+            && *generation == self.holdings_generation
+            && *cidr == cluster_cidr
+        {
+            return clause.clone();
+        }
+        let clause = self.find_space_holders(cluster_cidr);
+        self.space_holders_visited = self
+            .space_holders_visited
+            .saturating_add(self.nodes.len() as u64);
+        self.space_holders_memo = Some((self.holdings_generation, cluster_cidr, clause.clone()));
+        clause
+    }
+
+    /// [`Allocator::space_holders`] computed: one pass over every record.
+    fn find_space_holders(&self, cluster_cidr: Cidr) -> String {
         let Some(set) = self.pool.set_for(cluster_cidr.family()) else {
             return String::new();
         };
@@ -1211,7 +1249,18 @@ impl Allocator {
         )
     }
 
-    /// Occupies a Node's existing podCIDRs, or skips it.
+    /// The events of [`crate::diagnostics::node_findings`] for `node` against this pool's cluster
+    /// CIDRs (flag order).
+    fn node_findings(&self, node: &NodeView) -> Vec<EventSpec> {
+        let cluster_cidrs: Vec<Cidr> = self.pool.sets().iter().map(|s| s.cluster_cidr()).collect();
+        crate::diagnostics::node_findings_in(&cluster_cidrs, node)
+            .iter()
+            .filter_map(crate::diagnostics::Finding::event)
+            .collect()
+    }
+
+    /// Occupies a Node's existing podCIDRs, or skips it; a Node occupied anew carries its
+    /// diagnostic events (R08, R10, R11).
     fn observe_existing(&mut self, node: &NodeView) -> Decision {
         let raw = node.raw_pod_cidrs();
         let parsed = node.parsed_pod_cidrs();
@@ -1259,6 +1308,9 @@ impl Allocator {
                 );
                 let mut decision = Decision::new(Action::Keep { pod_cidrs });
                 decision.metrics = occupied;
+                // The diagnostics of podCIDRs seen for the first time (R08, R10, R11), at start-up
+                // or while running: a Node seen again with the same podCIDRs returned above.
+                decision.events = self.node_findings(node);
                 decision
             }
             Err(skip) => {
@@ -1314,8 +1366,9 @@ impl Allocator {
         let mut bad = None;
         for (index, text) in raw.iter().enumerate() {
             // Not trimmed: the API server rejects podCIDRs with surrounding whitespace, and a CNI
-            // reading the Node would not parse them either.
-            match Cidr::parse_masked(text) {
+            // reading the Node would not parse them either. Leading zeros (`010.0.50.0/24`) are
+            // read as decimal, as kube-controller-manager's ParseCIDRSloppy reads them.
+            match Cidr::parse_sloppy(text) {
                 Ok((cidr, _)) => parsed.push(cidr),
                 Err(error) => {
                     if bad.is_none() {
@@ -1336,7 +1389,7 @@ impl Allocator {
         }
         if let (Some(first_text), Some(first)) = (&node.pod_cidr, parsed.first())
             && !node.pod_cidrs.is_empty()
-            && Cidr::parse_masked(first_text).map(|(c, _)| c) != Ok(*first)
+            && Cidr::parse_sloppy(first_text).map(|(c, _)| c) != Ok(*first)
         {
             return Err(invalid(
                 format!("spec.podCIDR {first_text:?} differs from spec.podCIDRs[0] {first}"),

@@ -170,7 +170,7 @@ fn azure_ccm_command_line_parses() {
     assert_eq!(cli.logging.verbosity, 4);
     assert_eq!(
         nodeipam::logging::filter_for_verbosity(cli.logging.verbosity),
-        "info,nodeipam=debug,nodeipam_controller=debug"
+        "info,nodeipam=debug,nodeipam_controller=debug,kube_client::client::builder=off"
     );
     assert_eq!(
         ignored_names(&parsed),

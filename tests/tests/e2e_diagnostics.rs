@@ -97,3 +97,55 @@ async fn family_order_is_an_event_on_the_node() {
         ["fd00::/110", "10.244.0.0/24"]
     );
 }
+
+/// R08 while running: a Node created with a non-canonical podCIDR (`10.244.9.9/24`, a copy of
+/// the real AKS Node with only its name and podCIDR changed) after start-up gets the same
+/// `PodCIDRNotCanonical` event as at start-up, keeps its podCIDR as written, and its block
+/// (10.244.9.0/24) is reserved. It got nothing before: the findings ran only at start-up.
+#[tokio::test]
+async fn non_canonical_pod_cidr_at_run_time_is_an_event_on_the_node() {
+    init_tracing();
+    let doc = fixture("03-aks-kubenet-3nodes.json");
+    let template = doc["items"][0].clone();
+    let sb = Sandbox::start(doc).await;
+    let controller = spawn(
+        &sb,
+        fast_config(ipam(
+            "10.244.0.0/16",
+            "10.96.0.0/12",
+            masks(None, None, None),
+        )),
+    );
+    controller.wait_allocating(&sb).await;
+    assert!(
+        events_with_reason(&sb, reasons::POD_CIDR_NOT_CANONICAL).is_empty(),
+        "the fixture's podCIDRs are canonical"
+    );
+    let mut late = common::node_like(&template, "late-joiner");
+    late["spec"]["podCIDR"] = "10.244.9.9/24".into();
+    late["spec"]["podCIDRs"] = serde_json::json!(["10.244.9.9/24"]);
+    sb.create_node(late).unwrap();
+    let seen = sb
+        .wait_until(WAIT, |sb| {
+            !events_with_reason(sb, reasons::POD_CIDR_NOT_CANONICAL).is_empty()
+        })
+        .await;
+    assert!(seen, "a PodCIDRNotCanonical event within {WAIT:?}");
+    let events = events_with_reason(&sb, reasons::POD_CIDR_NOT_CANONICAL);
+    assert_eq!(events.len(), 1, "{events:?}");
+    let (node, _, note) = &events[0];
+    assert_eq!(node, "late-joiner");
+    assert!(
+        note.contains("has podCIDR \"10.244.9.9/24\", which is not canonical: the controller reserves 10.244.9.0/24"),
+        "{note}"
+    );
+    let summary = controller.stop().await;
+    assert_eq!(
+        pod_cidrs_of(&sb.node("late-joiner").unwrap()),
+        ["10.244.9.9/24"]
+    );
+    assert_eq!(
+        summary.held.get("late-joiner"),
+        Some(&vec![nodeipam_core::Cidr::parse("10.244.9.0/24").unwrap()])
+    );
+}

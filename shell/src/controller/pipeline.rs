@@ -312,13 +312,10 @@ fn startup_occupy(
             }
         }
     }
+    // The per-Node findings' events come with each Node's occupy decision (above); here they are
+    // summarized in one warning per kind.
     for line in crate::diagnostics::summarize(&findings) {
         tracing::warn!("{line}");
-    }
-    for finding in &findings {
-        if let (Some(node), Some(event)) = (finding.node(), finding.event()) {
-            events.entry(node.clone()).or_default().push(event);
-        }
     }
     let pools = allocator.pool_stats();
     m::set_pool_gauges(&pools, allocator.skipped_count());

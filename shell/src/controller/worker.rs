@@ -168,7 +168,10 @@ impl Shared {
         match cached {
             Some((key, node)) => {
                 let uid = node.uid.as_ref().map(|u| u.to_string().into_boxed_str());
-                (allocator.decide(&node.view(&key)), uid)
+                let in_doubt = in_doubt(&allocator, name);
+                let decision = allocator.decide(&node.view(&key));
+                log_settled(&allocator, name, in_doubt, &decision, "the watch");
+                (decision, uid)
             }
             None => (allocator.remove(name), None),
         }
@@ -211,6 +214,13 @@ impl Shared {
             }
             Action::KeepTrying { reason, .. } => {
                 tracing::warn!(node = %name, %reason, "writing spec.podCIDRs did not succeed");
+            }
+            // A Node occupied with a diagnostic finding (R08, R10, R11), e.g. a podCIDR with
+            // host bits written by another party while the controller runs.
+            Action::Keep { pod_cidrs } => {
+                for event in &decision.events {
+                    tracing::warn!(node = %name, pod_cidrs = %join(pod_cidrs), reason = event.reason, note = %event.note, "Node's podCIDRs kept with a diagnostic finding");
+                }
             }
             Action::Released { pod_cidrs } if !pod_cidrs.is_empty() => {
                 tracing::info!(node = %name, pod_cidrs = %join(pod_cidrs), "released pod CIDRs");
@@ -448,7 +458,13 @@ impl Shared {
         let read =
             tokio::time::timeout(self.settings.request_timeout, self.api.get_opt(name)).await;
         match read {
-            Ok(Ok(Some(node))) => Some(lock(&self.allocator).decide_fresh(&node.view())),
+            Ok(Ok(Some(node))) => {
+                let mut allocator = lock(&self.allocator);
+                let in_doubt = in_doubt(&allocator, name);
+                let decision = allocator.decide_fresh(&node.view());
+                log_settled(&allocator, name, in_doubt, &decision, "a re-read");
+                Some(decision)
+            }
             Ok(Ok(None)) => Some(lock(&self.allocator).object_gone(name, uid)),
             Ok(Err(error)) => {
                 if is_client_broken(&error) {
@@ -579,10 +595,117 @@ pub async fn dispatch(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> R
     }
 }
 
+/// The CIDRs of Node `name`'s pending write whose outcome is unknown (it may have been applied
+/// without us knowing), if it has one.
+fn in_doubt(allocator: &Allocator, name: &NodeName) -> Option<Vec<Cidr>> {
+    if allocator.is_maybe_sent(name) {
+        allocator.held(name).map(<[Cidr]>::to_vec)
+    } else {
+        None
+    }
+}
+
+/// Logs a write whose outcome was unknown ([`in_doubt`] before the decision) that `by` (the
+/// watch, a re-read) now shows applied: the line the PATCH's own answer would have given.
+fn log_settled(
+    allocator: &Allocator,
+    name: &NodeName,
+    in_doubt: Option<Vec<Cidr>>,
+    decision: &Decision,
+    by: &str,
+) {
+    if let (Some(sent), Action::Keep { pod_cidrs }) = (in_doubt, &decision.action)
+        && sent == *pod_cidrs
+        && !allocator.is_pending(name)
+    {
+        tracing::info!(node = %name, pod_cidrs = %join(pod_cidrs), settled_by = by, "assigned pod CIDRs (the write's outcome was unknown; {by} shows it applied)");
+    }
+}
+
 fn join(cidrs: &[Cidr]) -> String {
     cidrs
         .iter()
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
+
+    use nodeipam_core::NodeMaskFlags;
+
+    use super::*;
+    use crate::reconcile::NodeView;
+
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            lock(&self.0).extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn view(name: &str, pod_cidrs: &[&str]) -> NodeView {
+        NodeView {
+            name: name.into(),
+            pod_cidr: pod_cidrs.first().map(|s| (*s).to_owned()),
+            pod_cidrs: pod_cidrs.iter().map(|s| (*s).to_owned()).collect(),
+            deleting: false,
+            uid: Some(format!("uid-{name}")),
+            labels: BTreeMap::new(),
+        }
+    }
+
+    /// The watch settling a write whose PATCH ended with an unknown outcome logs the assignment
+    /// (it logged nothing: only an answered PATCH did); the watch showing other podCIDRs (another
+    /// writer's) does not claim an assignment.
+    #[test]
+    fn a_write_settled_by_the_watch_is_logged() {
+        let config = nodeipam_core::config::validate("10.244.0.0/16", "", NodeMaskFlags::default())
+            .expect("valid");
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let mut allocator = Allocator::new(&config).expect("pool");
+            for (name, seen) in [("e", "10.244.0.0/24"), ("f", "10.244.7.0/24")] {
+                let Action::Assign { pod_cidrs } = allocator.decide(&view(name, &[])).action else {
+                    panic!("assigns");
+                };
+                let unknown = PatchOutcome::Unknown {
+                    message: "connection dropped".to_owned(),
+                };
+                allocator.patch_outcome(name, Some(&format!("uid-{name}")), &pod_cidrs, unknown);
+                let name: NodeName = name.into();
+                let doubt = in_doubt(&allocator, &name);
+                assert_eq!(doubt.as_deref(), Some(pod_cidrs.as_slice()));
+                let decision = allocator.decide(&view(&name, &[seen]));
+                log_settled(&allocator, &name, doubt, &decision, "the watch");
+            }
+        });
+        let text = String::from_utf8(lock(&buffer.0).clone()).expect("utf-8");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 1, "{text}");
+        assert!(
+            lines[0].contains(
+                "assigned pod CIDRs (the write's outcome was unknown; the watch shows it applied)"
+            ),
+            "{text}"
+        );
+        assert!(
+            lines[0].contains("node=e") && lines[0].contains("pod_cidrs=10.244.0.0/24"),
+            "{text}"
+        );
+    }
 }
