@@ -79,7 +79,7 @@ pub fn describe() {
     describe_gauge!(m::WORKQUEUE_DEPTH, "Node names waiting in the work queue.");
     describe_counter!(
         m::WORKQUEUE_RETRIES_TOTAL,
-        "Reconciles re-queued with backoff."
+        "Reconciles re-queued with a delay (backoff, Retry-After, a waiting Node's safety re-check)."
     );
     describe_counter!(
         m::SKIPPED_NODES_TOTAL,
@@ -89,6 +89,10 @@ pub fn describe() {
     describe_counter!(
         m::CIDRSET_EXHAUSTED_TOTAL,
         "Allocations that found the cluster CIDR exhausted."
+    );
+    describe_counter!(
+        m::EVENTS_DROPPED_TOTAL,
+        "Events about Nodes not written, by reason (spam_filter: per-Node spam filter; queue_full: event queue full)."
     );
     describe_counter!(
         m::PATCH_FAILURES_TOTAL,
