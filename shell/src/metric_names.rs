@@ -51,12 +51,17 @@ pub const PATCH_FAILURES_TOTAL: &str = "node_ipam_controller_patch_failures_tota
 /// leader-election metric as kube-controller-manager exports it, so a dashboard or alert written
 /// for kcm ("exactly one replica at 1") works unchanged.
 pub const LEADER_ELECTION_MASTER_STATUS: &str = "leader_election_master_status";
+/// Counter: events about Nodes not written, by `reason`: `spam_filter` (the Node's per-object
+/// spam filter, client-go's 25 at once then one per 5 minutes) or `queue_full` (1,000 events
+/// already waiting to be written). Ours.
+pub const EVENTS_DROPPED_TOTAL: &str = "node_ipam_controller_events_dropped_total";
 
 /// Label: the Lease name (`--leader-elect-resource-name`) of [`LEADER_ELECTION_MASTER_STATUS`].
 pub const LABEL_NAME: &str = "name";
 /// Label: the cluster CIDR, canonical text (`10.244.0.0/16`).
 pub const LABEL_CLUSTER_CIDR: &str = "clusterCIDR";
-/// Label: why a Node was skipped (`invalid`, `out_of_range`, `conflict`, `mask_label`).
+/// Label: why a Node was skipped (`invalid`, `out_of_range`, `conflict`, `mask_label`), or why an
+/// event was dropped (`spam_filter`, `queue_full`).
 pub const LABEL_REASON: &str = "reason";
 /// Label: a bounded error kind.
 pub const LABEL_ERROR: &str = "error";

@@ -79,7 +79,7 @@ pub fn describe() {
     describe_gauge!(m::WORKQUEUE_DEPTH, "Node names waiting in the work queue.");
     describe_counter!(
         m::WORKQUEUE_RETRIES_TOTAL,
-        "Reconciles re-queued with backoff."
+        "Reconciles re-queued with a delay (backoff, Retry-After, a waiting Node's safety re-check)."
     );
     describe_counter!(
         m::SKIPPED_NODES_TOTAL,
@@ -93,6 +93,10 @@ pub fn describe() {
     describe_gauge!(
         m::LEADER_ELECTION_MASTER_STATUS,
         "1 while this replica holds the Lease given by label name, 0 while it stands by."
+    );
+    describe_counter!(
+        m::EVENTS_DROPPED_TOTAL,
+        "Events about Nodes not written, by reason (spam_filter: per-Node spam filter; queue_full: event queue full)."
     );
     describe_counter!(
         m::PATCH_FAILURES_TOTAL,

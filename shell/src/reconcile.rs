@@ -200,7 +200,8 @@ pub enum Next {
     RetryBackoff,
     /// Reconcile again after this delay (the server's `Retry-After`).
     RetryAfter(Duration),
-    /// Reconcile again as soon as a block is freed (and with backoff, in case none is).
+    /// Wait until a freed block wakes the Node (the longest-waiting first), with a slow safety
+    /// re-check.
     WaitForFreeBlock,
 }
 

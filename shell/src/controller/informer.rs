@@ -340,8 +340,9 @@ pub async fn run(
                         delay.reset();
                     }
                     Ok(Some(Ok(WatchEvent::Deleted(node)))) => {
+                        // Urgent: a deletion frees blocks that waiting Nodes need now.
                         if let Some(name) = cache.delete(node.name()) {
-                            queue.add(name);
+                            queue.add_urgent(name);
                         }
                         if let Some(rv) = node.metadata.resource_version {
                             window.seen(&rv);

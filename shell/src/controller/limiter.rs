@@ -62,15 +62,22 @@ impl<C: Clock> WriteLimiter<C> {
         }
     }
 
-    /// Waits for a token, then records the bucket's saturation (0 = full, 1 = empty).
+    /// Waits for a token, then records the bucket's saturation (0 = full, 1 = empty) as
+    /// `node_ipam_controller_rate_limiter_use`.
     pub async fn acquire(&self) {
-        let saturation = loop {
+        let saturation = self.acquire_untracked().await;
+        metrics::gauge!(metric_names::RATE_LIMITER_USE).set(saturation);
+    }
+
+    /// Waits for a token and returns the bucket's saturation afterwards, exporting nothing (the
+    /// event writer's own bucket, which is not the write budget that gauge describes).
+    pub async fn acquire_untracked(&self) -> f64 {
+        loop {
             match self.try_acquire() {
-                Ok(saturation) => break saturation,
+                Ok(saturation) => return saturation,
                 Err(wait) => tokio::time::sleep(wait).await,
             }
-        };
-        metrics::gauge!(metric_names::RATE_LIMITER_USE).set(saturation);
+        }
     }
 }
 

@@ -25,6 +25,7 @@
 
 mod backoff;
 pub mod client;
+mod events;
 mod health;
 pub mod in_doubt;
 pub mod informer;
@@ -35,6 +36,7 @@ pub mod oplog;
 pub mod patch;
 mod pipeline;
 mod queue;
+mod waiters;
 pub mod window;
 pub mod worker;
 
@@ -106,9 +108,10 @@ pub struct ControllerConfig {
     pub instance: Option<String>,
     /// How long one request may take, client and server side (default 10 s).
     pub request_timeout: Duration,
-    /// First retry delay after a failure or an exhausted pool (default 250 ms).
+    /// First retry delay after a failure (default 250 ms).
     pub retry_min_delay: Duration,
-    /// Retry delay cap (default 30 s).
+    /// Retry delay cap (default 30 s). A Node waiting for a free block is woken by the release
+    /// instead; its safety re-check comes after 10 × this (`worker::WAITING_RECHECK_FACTOR`).
     pub retry_max_delay: Duration,
     /// Concurrent writes (default [`DEFAULT_WORKERS`]).
     pub workers: usize,

@@ -10,6 +10,7 @@ use kube::{Api, Client};
 use tokio::sync::watch;
 
 use super::backoff::RetryBackoff;
+use super::events::{self, EVENT_QUEUE_CAPACITY, EventSink};
 use super::in_doubt::InDoubtWrites;
 use super::informer::{self, InformerSettings, NodeCache, SyncState};
 use super::window::{WRITES_AHEAD_OF_WATCH, WriteWindow};
@@ -122,18 +123,28 @@ pub(super) async fn run(
     let startup_events = startup_occupy(&allocator, &cache, &health, &config.ipam);
     health.set_ready(true);
 
-    let shared = Arc::new(Shared::new(
-        client.clone(),
-        allocator.clone(),
-        cache.clone(),
-        queue.clone(),
+    // Events are written by a task of their own, from a bounded queue, with a token bucket of
+    // their own (the same `--kube-api-qps`/`--kube-api-burst` figures): they never wait for, nor
+    // spend, the Node PATCHes' budget.
+    let (events, queued_events) = EventSink::new(EVENT_QUEUE_CAPACITY);
+    let event_writer = OwnedTask::spawn(events::write_events(
+        queued_events,
         Recorder::new(
-            client,
+            client.clone(),
             Reporter {
                 controller: CONTROLLER_NAME.to_owned(),
                 instance: config.instance.clone(),
             },
         ),
+        WriteLimiter::new(config.kube_api_qps, config.kube_api_burst),
+        config.request_timeout,
+    ));
+    let shared = Arc::new(Shared::new(
+        client.clone(),
+        allocator.clone(),
+        cache.clone(),
+        queue.clone(),
+        events,
         WriteLimiter::new(config.kube_api_qps, config.kube_api_burst),
         window.clone(),
         health.clone(),
@@ -144,6 +155,9 @@ pub(super) async fn run(
             request_timeout: config.request_timeout,
             write_gate,
             in_doubt,
+            waiting_recheck: config
+                .retry_max_delay
+                .saturating_mul(worker::WAITING_RECHECK_FACTOR),
         },
         broken_tx,
     ));
@@ -196,6 +210,9 @@ pub(super) async fn run(
     queue.shut_down();
     window.close();
     gauges.abort();
+    // Events still queued are not written: a stop does not wait for them (best effort, as
+    // client-go's broadcaster on shutdown).
+    event_writer.abort();
     if !informer_done {
         informer_task.abort();
         let _ = informer_task.await;

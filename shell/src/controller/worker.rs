@@ -4,12 +4,10 @@
 //! `workers` concurrent tasks (upstream's `cidrUpdateWorkers`, 30). A hung request occupies one
 //! worker, not the controller. The queue never hands one Node name to two workers at once.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::{Api, Client};
 use nodeipam_core::Cidr;
 use tokio::sync::{Semaphore, watch};
@@ -17,15 +15,17 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::backoff::RetryBackoff;
+use super::events::EventSink;
 use super::in_doubt::InDoubtWrites;
 use super::informer::NodeCache;
 use super::leader::Leadership;
 use super::node::SlimNode;
 use super::patch::{self, is_client_broken};
+use super::waiters::Waiters;
 use super::window::WriteWindow;
 use super::{CONTROLLER_NAME, Health, WorkQueue, WriteLimiter};
 use crate::reconcile::{
-    Action, Allocator, Decision, EventKind, EventSpec, MetricEvent, Next, NodeName, PatchOutcome,
+    Action, Allocator, Decision, EventSpec, MetricEvent, Next, NodeName, PatchOutcome,
 };
 use crate::{Error, metric_names, metrics as m};
 
@@ -82,6 +82,17 @@ impl WriteGate {
     }
 }
 
+/// A waiting Node's safety re-check comes after this many times the retry delay cap
+/// (`ControllerConfig::retry_max_delay`, 30 s by default: 5 minutes).
+///
+/// Every free wakes a waiting Node at once ([`Waiters`]), so the re-check is only a safety net: it
+/// bounds how long a Node could wait if capacity came back by a path that does not report a
+/// release (none is known; a future one would be caught here instead of leaving Nodes unserved for
+/// good). By default, at 10,000 waiting Nodes it costs ~33 local reconciles per second and,
+/// through the per-Node spam filter, at most one event per Node per 5 minutes — the filter's own
+/// refill.
+pub const WAITING_RECHECK_FACTOR: u32 = 10;
+
 /// Settings of the dispatcher.
 #[derive(Debug, Clone)]
 pub struct WorkerSettings {
@@ -93,6 +104,8 @@ pub struct WorkerSettings {
     pub write_gate: WriteGate,
     /// Where each write's unknown outcome is recorded (a stopping leader waits them out).
     pub in_doubt: Arc<InDoubtWrites>,
+    /// How long a waiting Node sleeps if no freed block wakes it (see [`WAITING_RECHECK_FACTOR`]).
+    pub waiting_recheck: Duration,
 }
 
 /// What the dispatcher and the workers share.
@@ -102,14 +115,15 @@ pub struct Shared {
     allocator: Arc<Mutex<Allocator>>,
     cache: Arc<NodeCache>,
     queue: Arc<WorkQueue>,
-    recorder: Recorder,
+    /// Events go here: queued, spam-filtered per Node, written by a task of their own.
+    events: EventSink,
     limiter: WriteLimiter,
     /// Bounds our writes ahead of the Node watch.
     window: Arc<WriteWindow>,
     health: Health,
     backoff: Mutex<RetryBackoff>,
-    /// Nodes waiting for a free block (queued again as soon as one is released).
-    waiting_for_block: Mutex<HashSet<NodeName>>,
+    /// Nodes waiting for a free block, woken one per freed block.
+    waiters: Mutex<Waiters>,
     /// Start-up skip events, published on each Node's first reconcile.
     startup_events: Mutex<HashMap<NodeName, Vec<EventSpec>>>,
     /// Rate limit of the exhaustion warning, per cluster CIDR.
@@ -131,7 +145,7 @@ impl Shared {
         allocator: Arc<Mutex<Allocator>>,
         cache: Arc<NodeCache>,
         queue: Arc<WorkQueue>,
-        recorder: Recorder,
+        events: EventSink,
         limiter: WriteLimiter,
         window: Arc<WriteWindow>,
         health: Health,
@@ -146,12 +160,12 @@ impl Shared {
             allocator,
             cache,
             queue,
-            recorder,
+            events,
             limiter,
             window,
             health,
             backoff: Mutex::new(backoff),
-            waiting_for_block: Mutex::new(HashSet::new()),
+            waiters: Mutex::new(Waiters::new()),
             startup_events: Mutex::new(startup_events),
             exhaustion_log: Mutex::new(super::oplog::PerPoolRateLimit::new(
                 super::oplog::EXHAUSTION_WARNING_INTERVAL,
@@ -164,17 +178,61 @@ impl Shared {
     /// The decision for `name` as the informer shows it now (or its removal if it is gone).
     fn decide(&self, name: &NodeName) -> (Decision, Option<Box<str>>) {
         let cached = self.cache.get(name);
-        let mut allocator = lock(&self.allocator);
-        match cached {
+        let mut uid = None;
+        let decision = self.decided(name, |allocator| match cached {
             Some((key, node)) => {
-                let uid = node.uid.as_ref().map(|u| u.to_string().into_boxed_str());
-                let in_doubt = in_doubt(&allocator, name);
+                uid = node.uid.as_ref().map(|u| u.to_string().into_boxed_str());
+                let in_doubt = in_doubt(allocator, name);
                 let decision = allocator.decide(&node.view(&key));
-                log_settled(&allocator, name, in_doubt, &decision, "the watch");
-                (decision, uid)
+                log_settled(allocator, name, in_doubt, &decision, "the watch");
+                decision
             }
-            None => (allocator.remove(name), None),
+            None => allocator.remove(name),
+        });
+        (decision, uid)
+    }
+
+    /// Runs `decide` under the allocator's lock and, still under it, settles `name` among the
+    /// waiting Nodes and wakes waiters for the blocks the decision freed: a block freed by
+    /// another task can then never fall between a Node's failed allocation and its wait (the wake
+    /// would be lost, and with no periodic retry the Node would sleep until the safety re-check).
+    /// Every decision goes through here, whichever path made it.
+    fn decided(
+        &self,
+        name: &NodeName,
+        decide: impl FnOnce(&mut Allocator) -> Decision,
+    ) -> Decision {
+        let mut allocator = lock(&self.allocator);
+        let decision = decide(&mut allocator);
+        let freed: usize = decision
+            .metrics
+            .iter()
+            .map(|m| match m {
+                MetricEvent::Released { blocks, .. } => *blocks as usize,
+                _ => 0,
+            })
+            .sum();
+        let still_waiting = decision.next == Next::WaitForFreeBlock;
+        let took_block = matches!(decision.action, Action::Assign { .. });
+        let mut waiters = lock(&self.waiters);
+        let mut wake: Vec<NodeName> = waiters
+            .settled(name, still_waiting, took_block)
+            .into_iter()
+            .collect();
+        if freed > 0 {
+            wake.extend(waiters.freed(freed));
         }
+        drop(waiters);
+        if !wake.is_empty() {
+            let mut backoff = lock(&self.backoff);
+            for waiter in wake {
+                tracing::debug!(node = %waiter, freed_by = %name, "a block may be free: waking a waiting Node");
+                backoff.reset(&waiter);
+                self.queue.add_urgent(waiter);
+            }
+        }
+        drop(allocator);
+        decision
     }
 
     /// Whether `decision` needs no I/O (no event, no write, no retry): applied by the dispatcher.
@@ -185,14 +243,12 @@ impl Shared {
     }
 
     /// Applies a decision's metrics, events and next step (everything but its patch).
-    async fn apply(&self, name: &NodeName, uid: Option<&str>, decision: &Decision) {
-        let mut freed = false;
+    fn apply(&self, name: &NodeName, uid: Option<&str>, decision: &Decision) {
         let mut pool_changed = false;
         for metric in &decision.metrics {
             m::apply(metric);
             match metric {
                 MetricEvent::Released { cluster_cidr, .. } => {
-                    freed = true;
                     pool_changed = true;
                     lock(&self.exhaustion_log).reset(*cluster_cidr);
                 }
@@ -227,19 +283,14 @@ impl Shared {
             }
             _ => {}
         }
-        // Bookkeeping first, I/O last: a block freed while this Node's events are being published
-        // must already find it among the waiting Nodes.
+        // Waiting Nodes were settled and woken when the decision was made (`decided`).
         if pool_changed {
             self.report_pool();
-        }
-        if freed {
-            self.wake_waiting(name);
         }
         match decision.next {
             Next::Done => {
                 if !matches!(decision.action, Action::Assign { .. }) {
                     lock(&self.backoff).reset(name);
-                    lock(&self.waiting_for_block).remove(name);
                 }
             }
             Next::RetryBackoff => self.retry_later(name),
@@ -247,15 +298,18 @@ impl Shared {
                 metrics::counter!(metric_names::WORKQUEUE_RETRIES_TOTAL).increment(1);
                 self.queue.add_after(name.clone(), delay);
             }
+            // Woken by a freed block; the slow re-check is only a safety net
+            // (`WAITING_RECHECK_FACTOR`).
             Next::WaitForFreeBlock => {
-                lock(&self.waiting_for_block).insert(name.clone());
-                self.retry_later(name);
+                metrics::counter!(metric_names::WORKQUEUE_RETRIES_TOTAL).increment(1);
+                self.queue
+                    .add_after(name.clone(), self.settings.waiting_recheck);
             }
             // Handled by the caller: it re-reads the Node.
             Next::Reread => {}
         }
         for event in &decision.events {
-            self.publish(name, uid, event).await;
+            self.publish(name, uid, event);
         }
     }
 
@@ -279,7 +333,7 @@ impl Shared {
             .pool_stats()
             .into_iter()
             .find(|s| s.cluster_cidr == cluster_cidr);
-        let waiting = lock(&self.waiting_for_block).len() + 1;
+        let waiting = lock(&self.waiters).len().max(1);
         tracing::warn!(
             %cluster_cidr,
             capacity = stats.map_or(0, |s| s.capacity),
@@ -304,17 +358,6 @@ impl Shared {
         self.health.set_pools(pools);
     }
 
-    fn wake_waiting(&self, freed_by: &NodeName) {
-        let waiting = std::mem::take(&mut *lock(&self.waiting_for_block));
-        let mut backoff = lock(&self.backoff);
-        for waiter in waiting {
-            if waiter != *freed_by {
-                backoff.reset(&waiter);
-                self.queue.add(waiter);
-            }
-        }
-    }
-
     fn retry_later(&self, name: &NodeName) {
         let delay = lock(&self.backoff).next_delay(name);
         metrics::counter!(metric_names::WORKQUEUE_RETRIES_TOTAL).increment(1);
@@ -326,9 +369,9 @@ impl Shared {
     async fn carry_out(self: Arc<Self>, name: NodeName, uid: Option<Box<str>>, decision: Decision) {
         let startup = lock(&self.startup_events).remove(&name);
         for event in startup.iter().flatten() {
-            self.publish(&name, uid.as_deref(), event).await;
+            self.publish(&name, uid.as_deref(), event);
         }
-        self.apply(&name, uid.as_deref(), &decision).await;
+        self.apply(&name, uid.as_deref(), &decision);
         if let (Action::Assign { pod_cidrs }, Some(body)) = (&decision.action, &decision.patch) {
             self.write(&name, uid.as_deref(), pod_cidrs.clone(), body.clone())
                 .await;
@@ -356,8 +399,7 @@ impl Shared {
             name,
             patch_uid.as_deref().or(record_uid.as_deref()),
             &decision,
-        )
-        .await;
+        );
         match (&decision.action, &decision.patch) {
             (Action::Assign { pod_cidrs }, Some(body)) => {
                 self.write(name, patch_uid.as_deref(), pod_cidrs.clone(), body.clone())
@@ -418,9 +460,10 @@ impl Shared {
             if let PatchOutcome::Applied(_) = &outcome {
                 tracing::info!(node = %name, pod_cidrs = %join(&pod_cidrs), "assigned pod CIDRs");
             }
-            let decision =
-                lock(&self.allocator).patch_outcome(name, uid.as_deref(), &pod_cidrs, outcome);
-            self.apply(name, uid.as_deref(), &decision).await;
+            let decision = self.decided(name, |allocator| {
+                allocator.patch_outcome(name, uid.as_deref(), &pod_cidrs, outcome)
+            });
+            self.apply(name, uid.as_deref(), &decision);
             if decision.next != Next::Reread {
                 return;
             }
@@ -435,8 +478,7 @@ impl Shared {
                     .and_then(|(_, n)| n.uid.map(|u| u.to_string())),
                 _ => None,
             };
-            self.apply(name, fresh_uid.as_deref().or(uid.as_deref()), &decision)
-                .await;
+            self.apply(name, fresh_uid.as_deref().or(uid.as_deref()), &decision);
             match (decision.action, decision.patch) {
                 (Action::Assign { pod_cidrs: next }, Some(next_body)) => {
                     pod_cidrs = next;
@@ -458,14 +500,13 @@ impl Shared {
         let read =
             tokio::time::timeout(self.settings.request_timeout, self.api.get_opt(name)).await;
         match read {
-            Ok(Ok(Some(node))) => {
-                let mut allocator = lock(&self.allocator);
-                let in_doubt = in_doubt(&allocator, name);
+            Ok(Ok(Some(node))) => Some(self.decided(name, |allocator| {
+                let in_doubt = in_doubt(allocator, name);
                 let decision = allocator.decide_fresh(&node.view());
-                log_settled(&allocator, name, in_doubt, &decision, "a re-read");
-                Some(decision)
-            }
-            Ok(Ok(None)) => Some(lock(&self.allocator).object_gone(name, uid)),
+                log_settled(allocator, name, in_doubt, &decision, "a re-read");
+                decision
+            })),
+            Ok(Ok(None)) => Some(self.decided(name, |allocator| allocator.object_gone(name, uid))),
             Ok(Err(error)) => {
                 if is_client_broken(&error) {
                     let _ = self.broken.send(Some(patch::error_chain(&error)));
@@ -480,39 +521,10 @@ impl Shared {
         }
     }
 
-    async fn publish(&self, name: &str, uid: Option<&str>, event: &EventSpec) {
-        self.limiter.acquire().await;
-        let kube_event = KubeEvent {
-            type_: match event.kind {
-                EventKind::Normal => EventType::Normal,
-                EventKind::Warning => EventType::Warning,
-            },
-            reason: event.reason.to_owned(),
-            note: Some(event.note.clone()),
-            action: event.action.to_owned(),
-            secondary: None,
-        };
-        let reference = ObjectReference {
-            api_version: Some("v1".to_owned()),
-            kind: Some("Node".to_owned()),
-            name: Some(name.to_owned()),
-            uid: uid.map(str::to_owned),
-            ..ObjectReference::default()
-        };
-        match tokio::time::timeout(
-            self.settings.request_timeout,
-            self.recorder.publish(&kube_event, &reference),
-        )
-        .await
-        {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => {
-                tracing::warn!(node = %name, error = %patch::error_chain(&error), reason = event.reason, "publishing an event failed")
-            }
-            Err(_) => {
-                tracing::warn!(node = %name, reason = event.reason, "publishing an event timed out")
-            }
-        }
+    /// Hands `event` to the event sink (per-Node spam filter, bounded queue, a writer task with
+    /// its own token bucket): never waits, never spends the PATCH budget.
+    fn publish(&self, name: &NodeName, uid: Option<&str>, event: &EventSpec) {
+        self.events.publish(name, uid, event);
     }
 }
 
@@ -560,16 +572,8 @@ pub async fn dispatch(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> R
             if !decision.metrics.is_empty() {
                 shared.report_pool();
             }
-            if decision
-                .metrics
-                .iter()
-                .any(|m| matches!(m, MetricEvent::Released { .. }))
-            {
-                shared.wake_waiting(&name);
-            }
             if !matches!(decision.action, Action::Assign { .. }) {
                 lock(&shared.backoff).reset(&name);
-                lock(&shared.waiting_for_block).remove(&name);
             }
             shared.queue.done(&name);
             continue;
