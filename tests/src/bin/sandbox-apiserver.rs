@@ -88,6 +88,10 @@ struct Args {
     /// feature off: 422 Invalid, so clients fall back to a paged LIST.
     #[arg(long)]
     no_watch_list: bool,
+    /// Store Node podCIDRs with host bits, leading 0s or IPv4-mapped addresses as a server before
+    /// Kubernetes 1.36 (or with StrictIPCIDRValidation off) does, instead of refusing them (422).
+    #[arg(long)]
+    no_strict_cidr_validation: bool,
     /// Serve the /sandbox/... admin endpoints (summary, request log, faults incl. late writes,
     /// delay, drop-watches, compact).
     #[arg(long)]
@@ -143,6 +147,7 @@ async fn main() -> ExitCode {
         replicas,
         delay: Duration::from_millis(args.delay_ms),
         watch_event_delay: Duration::from_millis(args.watch_event_delay_ms),
+        strict_cidr_validation: !args.no_strict_cidr_validation,
     };
     let sandbox = match Sandbox::try_start(initial, options).await {
         Ok(s) => s,

@@ -122,6 +122,11 @@ pub struct SandboxOptions {
     /// watch-cache goroutine does, so that a client writing faster than it is told of its writes
     /// falls behind the history and gets `410 Gone`.
     pub watch_event_delay: Duration,
+    /// kube-apiserver's `StrictIPCIDRValidation` (beta and on by default since 1.36): Node
+    /// podCIDRs with host bits, leading 0s or an IPv4-mapped IPv6 address are refused (422).
+    /// `false` stores them as a server before 1.36 (or with the gate off) does — the only way a
+    /// Node with a non-canonical podCIDR can still appear while a controller runs.
+    pub strict_cidr_validation: bool,
 }
 
 impl Default for SandboxOptions {
@@ -137,6 +142,7 @@ impl Default for SandboxOptions {
             replicas: Vec::new(),
             delay: Duration::ZERO,
             watch_event_delay: Duration::ZERO,
+            strict_cidr_validation: true,
         }
     }
 }
@@ -184,6 +190,7 @@ impl Sandbox {
         options: SandboxOptions,
     ) -> Result<SandboxHandle, StartError> {
         let mut store = Store::new(options.history_limit);
+        store.strict_cidrs = options.strict_cidr_validation;
         let items: Vec<Value> = match &initial {
             Value::Null => Vec::new(),
             Value::Array(a) => a.clone(),

@@ -110,10 +110,11 @@ fn strict_cidr_problem(text: &str, net: &IpNet) -> Option<&'static str> {
     (net.addr() != net.network()).then_some("must not have bits set beyond the prefix length")
 }
 
-/// `ValidateNode` (spec part): podCIDRs entries valid (strictly: no host bits, no leading 0s, no
-/// IPv4-mapped IPv6), at most one per family, at most two, and `podCIDR == podCIDRs[0]` (always
-/// true after [`convert`]).
-pub fn validate(node: &Value) -> Vec<Cause> {
+/// `ValidateNode` (spec part): podCIDRs entries valid (with `strict_cidrs`, as kube-apiserver 1.36
+/// by default: no host bits, no leading 0s, no IPv4-mapped IPv6; without it, as a server before
+/// 1.36 or with `StrictIPCIDRValidation` off: any CIDR the sloppy parse reads), at most one per
+/// family, at most two, and `podCIDR == podCIDRs[0]` (always true after [`convert`]).
+pub fn validate(node: &Value, strict_cidrs: bool) -> Vec<Cause> {
     let mut causes = Vec::new();
     let cidrs = pod_cidrs(node);
     let mut families = Vec::new();
@@ -122,7 +123,10 @@ pub fn validate(node: &Value) -> Vec<Cause> {
         match parse_cidr(text) {
             Some(net) => {
                 families.push(matches!(net, IpNet::V4(_)));
-                if let Some(problem) = strict_cidr_problem(text, &net) {
+                if let Some(problem) = strict_cidrs
+                    .then(|| strict_cidr_problem(text, &net))
+                    .flatten()
+                {
                     causes.push(Cause::new(
                         "FieldValueInvalid",
                         format!("spec.podCIDRs[{i}]"),
@@ -229,7 +233,7 @@ mod tests {
             json!({"podCIDR": "10.0.1.0/24", "podCIDRs": ["10.0.0.0/24"]}),
         ];
         for spec in ok {
-            assert!(validate(&node(spec.clone())).is_empty(), "{spec}");
+            assert!(validate(&node(spec.clone()), true).is_empty(), "{spec}");
         }
         let bad = [
             json!({"podCIDRs": ["10.0.0.0/24", "10.0.1.0/24"]}),
@@ -243,7 +247,7 @@ mod tests {
             json!({"podCIDRs": ["fd00::1/64"]}),
         ];
         for spec in bad {
-            assert!(!validate(&node(spec.clone())).is_empty(), "{spec}");
+            assert!(!validate(&node(spec.clone()), true).is_empty(), "{spec}");
         }
     }
 

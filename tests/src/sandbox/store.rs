@@ -148,6 +148,8 @@ pub struct Store {
     pub(super) snapshots: VecDeque<Arc<ListSnapshot>>,
     pub(super) node_stats: NodeStats,
     pub(super) observers: Observers,
+    /// Node podCIDRs validated strictly (see [`super::nodes::validate`]).
+    pub(super) strict_cidrs: bool,
 }
 
 /// Current time as RFC 3339 with seconds (`metav1.Time`).
@@ -175,6 +177,7 @@ impl Store {
             snapshots: VecDeque::new(),
             node_stats: NodeStats::default(),
             observers: Observers::default(),
+            strict_cidrs: true,
         }
     }
 

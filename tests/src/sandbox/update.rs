@@ -287,9 +287,11 @@ pub fn prepare_for_update(res: Resource, subresource: Option<&str>, new: &mut Va
 /// `ValidateObjectMetaUpdate` — the same metadata rules again. So a Node update with another uid
 /// lists `metadata.uid` **twice** in `details.causes` while the message names it once
 /// (`ErrorList.ToAggregate` drops duplicate messages; `NewInvalid` keeps every cause).
-pub fn validate_update(res: Resource, new: &Value, old: &Value) -> Vec<Cause> {
+///
+/// `strict_cidrs`: see [`super::nodes::validate`].
+pub fn validate_update(res: Resource, new: &Value, old: &Value, strict_cidrs: bool) -> Vec<Cause> {
     let mut causes = validate::object_meta_update(new, old);
-    causes.extend(validate::on_update(res, new, old));
+    causes.extend(validate::on_update(res, new, old, strict_cidrs));
     causes
 }
 
@@ -388,7 +390,7 @@ mod tests {
         let key = Key::new(Resource::Nodes, "", "n1");
         prepare_metadata(&key, &mut new, &old).expect("prepared");
         assert_eq!(new["metadata"]["creationTimestamp"], "t");
-        let causes = validate_update(Resource::Nodes, &new, &old);
+        let causes = validate_update(Resource::Nodes, &new, &old, true);
         let fields: Vec<(&str, &str)> = causes
             .iter()
             .map(|c| (c.field.as_str(), c.message.as_str()))
@@ -407,7 +409,7 @@ mod tests {
         let mut new = node(json!({"name": "n1"}));
         prepare_metadata(&key, &mut new, &old).expect("prepared");
         assert_eq!(new["metadata"]["uid"], "ours");
-        assert!(validate_update(Resource::Nodes, &new, &old).is_empty());
+        assert!(validate_update(Resource::Nodes, &new, &old, true).is_empty());
     }
 
     #[test]
@@ -452,7 +454,7 @@ mod tests {
         ];
         for (old, mut new, want) in cases {
             prepare_metadata(&key, &mut new, &old).expect("prepared");
-            let got: Vec<String> = validate_update(Resource::Nodes, &new, &old)
+            let got: Vec<String> = validate_update(Resource::Nodes, &new, &old, true)
                 .into_iter()
                 .map(|c| c.field)
                 .collect();

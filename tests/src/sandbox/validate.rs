@@ -127,10 +127,10 @@ fn event_namespace(obj: &Value, ptr: &str) -> Vec<Cause> {
     Vec::new()
 }
 
-/// Per-resource validation on create.
-pub fn on_create(res: Resource, obj: &Value) -> Vec<Cause> {
+/// Per-resource validation on create (`strict_cidrs`: see [`super::nodes::validate`]).
+pub fn on_create(res: Resource, obj: &Value, strict_cidrs: bool) -> Vec<Cause> {
     match res {
-        Resource::Nodes => super::nodes::validate(obj),
+        Resource::Nodes => super::nodes::validate(obj, strict_cidrs),
         Resource::Leases => lease(obj),
         Resource::Events => event(obj),
         Resource::CoreEvents => core_event(obj),
@@ -212,11 +212,13 @@ pub fn object_meta_update(new: &Value, old: &Value) -> Vec<Cause> {
 /// - `events.k8s.io/v1` Events (`ValidateEventUpdate`, `pkg/apis/core/validation/events.go`): the
 ///   event rules + [`object_meta_update`] (strict validation of the v1 API);
 /// - core `v1` Events: the legacy event rules only.
-pub fn on_update(res: Resource, new: &Value, old: &Value) -> Vec<Cause> {
+///
+/// `strict_cidrs`: see [`super::nodes::validate`].
+pub fn on_update(res: Resource, new: &Value, old: &Value, strict_cidrs: bool) -> Vec<Cause> {
     let mut causes = Vec::new();
     match res {
         Resource::Nodes => {
-            causes.extend(super::nodes::validate(new));
+            causes.extend(super::nodes::validate(new, strict_cidrs));
             causes.extend(object_meta_update(new, old));
             causes.extend(super::nodes::validate_update(new, old));
         }

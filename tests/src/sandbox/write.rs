@@ -278,7 +278,7 @@ impl Store {
         if res == Resource::Nodes {
             nodes::convert(&mut obj);
         }
-        let causes = validate::on_create(res, &obj);
+        let causes = validate::on_create(res, &obj, self.strict_cidrs);
         if !causes.is_empty() {
             return Err(ApiError::invalid(res, &name, causes));
         }
@@ -472,7 +472,7 @@ impl Store {
         update::check_resource_version(key, &new, &old_value)?;
         update::prepare_metadata(key, &mut new, &old_value)?;
         update::prepare_for_update(res, subresource, &mut new, &old_value);
-        let causes = update::validate_update(res, &new, &old_value);
+        let causes = update::validate_update(res, &new, &old_value, self.strict_cidrs);
         if !causes.is_empty() {
             return Err(ApiError::invalid(res, &key.name, causes));
         }
