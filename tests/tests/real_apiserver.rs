@@ -44,7 +44,7 @@ mod secure;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use common::{fast_config, init_tracing, ipam, masks, spawn_with_client};
+use common::{election, fast_config, init_tracing, ipam, masks, spawn_with_client};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
@@ -983,18 +983,6 @@ async fn secure_serving_delegates_to_the_real_server() {
     );
     drop(server);
     running.stop().await;
-}
-
-/// Leader election as the e2e tests configure it: 2 s Lease, 1.5 s renew deadline, 200 ms retry.
-fn election(identity: &str) -> nodeipam::controller::LeaderElection {
-    nodeipam::controller::LeaderElection {
-        namespace: "kube-system".to_owned(),
-        name: "nodeipam-controller".to_owned(),
-        identity: identity.to_owned(),
-        lease_duration: Duration::from_secs(2),
-        renew_deadline: Duration::from_millis(1500),
-        retry_period: Duration::from_millis(200),
-    }
 }
 
 /// The Lease's `spec.holderIdentity` on the real server.

@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use nodeipam::controller::{ControllerConfig, Health, RunSummary, run};
+use axum::http::{HeaderValue, header::USER_AGENT};
+use nodeipam::controller::{ControllerConfig, Health, LeaderElection, RunSummary, run};
 use nodeipam_core::{IpamConfig, NodeMaskFlags};
 use nodeipam_tests::invariants::{ClusterSpec, ControllerView, Report, assert_invariants};
 use nodeipam_tests::sandbox::{Resource, SandboxHandle, Verb};
@@ -78,6 +79,37 @@ pub fn spawn(sb: &SandboxHandle, config: ControllerConfig) -> Running {
     spawn_with_client(client, config)
 }
 
+/// The User-Agent of a controller started with [`spawn_as`]: the controller's own, then `name`.
+pub fn agent(name: &str) -> String {
+    format!("{} {name}", nodeipam::controller::client::USER_AGENT_VALUE)
+}
+
+/// Starts `run(config, client, shutdown)` on the sandbox with the controller's own client
+/// configuration, its requests carrying `User-Agent: <controller's> <name>` ([`agent`]), so the
+/// sandbox's request log tells the replicas apart.
+pub fn spawn_as(sb: &SandboxHandle, config: ControllerConfig, name: &str) -> Running {
+    let mut client_config = nodeipam::controller::client::config_for_url(&sb.url()).unwrap();
+    client_config.headers.retain(|(n, _)| n != USER_AGENT);
+    client_config
+        .headers
+        .push((USER_AGENT, HeaderValue::from_str(&agent(name)).unwrap()));
+    let client = kube::Client::try_from(client_config).unwrap();
+    spawn_with_client(client, config)
+}
+
+/// Leader election as the e2e tests configure it on the Lease `kube-system/nodeipam-controller`:
+/// 2 s Lease, 1.5 s renew deadline, 200 ms retry period.
+pub fn election(identity: &str) -> LeaderElection {
+    LeaderElection {
+        namespace: "kube-system".to_owned(),
+        name: "nodeipam-controller".to_owned(),
+        identity: identity.to_owned(),
+        lease_duration: Duration::from_secs(2),
+        renew_deadline: Duration::from_millis(1500),
+        retry_period: Duration::from_millis(200),
+    }
+}
+
 /// Starts `run(config, client, shutdown)` with a client built by the caller (the real-server
 /// tests: the controller's own kubeconfig loading).
 pub fn spawn_with_client(client: kube::Client, config: ControllerConfig) -> Running {
@@ -123,10 +155,18 @@ impl Running {
 
     /// Signals shutdown and returns the final summary (bounded).
     pub async fn stop(self) -> RunSummary {
+        match self.stop_outcome().await {
+            Ok(summary) => summary,
+            Err(e) => panic!("controller returned an error: {e}"),
+        }
+    }
+
+    /// Signals shutdown and returns how `run()` ended, error included (bounded; panics only if
+    /// the task panicked or did not stop within [`WAIT`]).
+    pub async fn stop_outcome(self) -> Result<RunSummary, nodeipam::Error> {
         let _ = self.stop.send(());
         match tokio::time::timeout(WAIT, self.task).await {
-            Ok(Ok(Ok(summary))) => summary,
-            Ok(Ok(Err(e))) => panic!("controller returned an error: {e}"),
+            Ok(Ok(result)) => result,
             Ok(Err(e)) => panic!("controller task panicked: {e}"),
             Err(_) => panic!("controller did not stop within {WAIT:?} of the shutdown signal"),
         }
