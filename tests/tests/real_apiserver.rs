@@ -57,6 +57,7 @@ use nodeipam_core::NodeMaskFlags;
 use nodeipam_tests::invariants::{name_of, pod_cidrs_of};
 use nodeipam_tests::real_apiserver::RealCluster;
 use nodeipam_tests::sandbox::fixture;
+use nodeipam_tests::sandbox::replicate::without_server_set_metadata;
 use serde_json::{Value, json};
 
 /// Reasons of the Warning events that mark a Node skipped (its podCIDRs cannot be occupied).
@@ -100,21 +101,7 @@ async fn controller_client(cluster: &RealCluster) -> Client {
 /// A fixture Node as a create request: the server-set metadata (uid, resourceVersion,
 /// creationTimestamp, managedFields, …) removed; spec (with any podCIDRs) and status kept.
 fn creatable(node: &Value) -> Value {
-    let mut node = node.clone();
-    if let Some(meta) = node["metadata"].as_object_mut() {
-        for key in [
-            "uid",
-            "resourceVersion",
-            "creationTimestamp",
-            "managedFields",
-            "generation",
-            "deletionTimestamp",
-            "deletionGracePeriodSeconds",
-            "selfLink",
-        ] {
-            meta.remove(key);
-        }
-    }
+    let mut node = without_server_set_metadata(node);
     node["apiVersion"] = json!("v1");
     node["kind"] = json!("Node");
     node

@@ -282,34 +282,12 @@ pub fn assert_no_cidr_handed_out_twice(sb: &SandboxHandle) -> usize {
     count
 }
 
-/// A new Node derived from a real fixture Node: renamed, no podCIDRs, no server-set metadata.
+/// A new Node derived from a real fixture Node: renamed, no podCIDRs, no server-set metadata
+/// ([`renamed_node`](nodeipam_tests::sandbox::replicate::renamed_node)), no `spec.providerID`,
+/// with `apiVersion: v1` and `kind: Node`.
 pub fn node_like(template: &Value, name: &str) -> Value {
-    let mut node = template.clone();
-    let meta = node["metadata"].as_object_mut().unwrap();
-    for key in [
-        "uid",
-        "resourceVersion",
-        "creationTimestamp",
-        "managedFields",
-        "generation",
-        "deletionTimestamp",
-        "deletionGracePeriodSeconds",
-        "selfLink",
-    ] {
-        meta.remove(key);
-    }
-    meta.insert("name".to_owned(), Value::String(name.to_owned()));
-    if let Some(labels) = meta.get_mut("labels").and_then(Value::as_object_mut)
-        && labels.contains_key("kubernetes.io/hostname")
-    {
-        labels.insert(
-            "kubernetes.io/hostname".to_owned(),
-            Value::String(name.to_owned()),
-        );
-    }
+    let mut node = nodeipam_tests::sandbox::replicate::renamed_node(template, name);
     if let Some(spec) = node["spec"].as_object_mut() {
-        spec.remove("podCIDR");
-        spec.remove("podCIDRs");
         spec.remove("providerID");
     }
     node["apiVersion"] = Value::String("v1".to_owned());
