@@ -425,17 +425,7 @@ async fn every_fixture_ends_with_plans_pod_cidrs_on_the_real_server() {
             );
         }
         // The controller's own accounting agrees with plan's.
-        let pools: Vec<(String, u32, u32)> = summary
-            .pools
-            .iter()
-            .map(|p| (p.cluster_cidr.to_string(), p.capacity, p.used))
-            .collect();
-        let planned: Vec<(String, u32, u32)> = predicted
-            .pools
-            .iter()
-            .map(|p| (p.cluster_cidr.clone(), p.capacity, p.used))
-            .collect();
-        assert_eq!(pools, planned, "{}: pool figures vs plan", case.file);
+        common::assert_pools_match_plan(&summary, &predicted, case.file);
         eprintln!(
             "{}: {} Nodes created, {} refused by the real server ({:?}), {} skipped with events",
             case.file,

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use axum::http::{HeaderValue, header::USER_AGENT};
 use nodeipam::controller::{ControllerConfig, Health, LeaderElection, RunSummary, run};
+use nodeipam::plan::PlanReport;
 use nodeipam_core::{IpamConfig, NodeMaskFlags};
 use nodeipam_tests::invariants::{ClusterSpec, ControllerView, Report, assert_invariants};
 use nodeipam_tests::sandbox::{Resource, SandboxHandle, Verb};
@@ -293,6 +294,22 @@ pub fn node_like(template: &Value, name: &str) -> Value {
     node["apiVersion"] = Value::String("v1".to_owned());
     node["kind"] = Value::String("Node".to_owned());
     node
+}
+
+/// Asserts that the controller's own accounting (per pool: cluster CIDR, capacity, used, in
+/// blocks) equals `nodeipam plan`'s prediction for the same Nodes; `what` names the case.
+pub fn assert_pools_match_plan(summary: &RunSummary, predicted: &PlanReport, what: &str) {
+    let pools: Vec<(String, u32, u32)> = summary
+        .pools
+        .iter()
+        .map(|p| (p.cluster_cidr.to_string(), p.capacity, p.used))
+        .collect();
+    let planned: Vec<(String, u32, u32)> = predicted
+        .pools
+        .iter()
+        .map(|p| (p.cluster_cidr.clone(), p.capacity, p.used))
+        .collect();
+    assert_eq!(pools, planned, "{what}: pool figures vs plan");
 }
 
 /// The first Node of a fixture.
