@@ -12,7 +12,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{WAIT, agent, fast_config, init_tracing, ipam, masks, node_like, pod_cidrs, spawn_as};
+use common::{
+    WAIT, agent, fast_config, init_tracing, ipam, late_write_first_patch, masks, node_like,
+    pod_cidrs, spawn_as,
+};
 use nodeipam::controller::{ControllerConfig, LeaderElection};
 use nodeipam_tests::monitor::OverlapMonitor;
 use nodeipam_tests::sandbox::{
@@ -73,17 +76,11 @@ async fn a_cleanly_stopped_leader_keeps_the_lease_until_its_write_in_doubt_canno
     .await;
     let monitor = OverlapMonitor::attach(&sb);
     let ipam = ipam("10.30.0.0/22", "", masks(None, None, None));
-    sb.inject(
-        FaultRule::new(
-            Verb::Patch,
-            Resource::Nodes,
-            1,
-            FaultAction::LateWrite {
-                commit_after: Duration::from_millis(1500),
-                answer: LateAnswer::DropConnection,
-            },
-        )
-        .named(LATE),
+    late_write_first_patch(
+        &sb,
+        LATE,
+        Duration::from_millis(1500),
+        LateAnswer::DropConnection,
     );
     sb.inject(
         FaultRule::new(Verb::Patch, Resource::Nodes, 1000, FaultAction::Status(503)).named(LATE),

@@ -11,7 +11,8 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    WAIT, agent, election, fast_config, init_tracing, ipam, masks, node_like, pod_cidrs, spawn_as,
+    WAIT, agent, election, fast_config, init_tracing, ipam, late_write_first_patch, masks,
+    node_like, pod_cidrs, spawn_as,
 };
 use nodeipam_tests::sandbox::{
     FaultAction, FaultRule, LateAnswer, Resource, Sandbox, SandboxHandle, Verb, fixture,
@@ -28,17 +29,11 @@ fn sandbox_nodes() -> Value {
 
 /// The PATCH of LATE is applied late (after the kill); every re-send hangs.
 fn hold_the_patch(sb: &SandboxHandle) {
-    sb.inject(
-        FaultRule::new(
-            Verb::Patch,
-            Resource::Nodes,
-            1,
-            FaultAction::LateWrite {
-                commit_after: Duration::from_millis(900),
-                answer: LateAnswer::DropConnection,
-            },
-        )
-        .named(LATE),
+    late_write_first_patch(
+        sb,
+        LATE,
+        Duration::from_millis(900),
+        LateAnswer::DropConnection,
     );
     sb.inject(
         FaultRule::new(

@@ -10,7 +10,7 @@ use nodeipam::controller::{ControllerConfig, Health, LeaderElection, RunSummary,
 use nodeipam::plan::PlanReport;
 use nodeipam_core::{IpamConfig, NodeMaskFlags};
 use nodeipam_tests::invariants::{ClusterSpec, ControllerView, Report, assert_invariants};
-use nodeipam_tests::sandbox::{Resource, SandboxHandle, Verb};
+use nodeipam_tests::sandbox::{FaultAction, FaultRule, LateAnswer, Resource, SandboxHandle, Verb};
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -310,6 +310,29 @@ pub fn assert_pools_match_plan(summary: &RunSummary, predicted: &PlanReport, wha
         .map(|p| (p.cluster_cidr.clone(), p.capacity, p.used))
         .collect();
     assert_eq!(pools, planned, "{what}: pool figures vs plan");
+}
+
+/// Makes the first PATCH of Node `name` a late write: the sandbox answers it at once as `answer`
+/// says (a timeout or a dropped connection) and applies it `commit_after` later, as
+/// kube-apiserver may (a request keeps running after its client gave up).
+pub fn late_write_first_patch(
+    sb: &SandboxHandle,
+    name: &str,
+    commit_after: Duration,
+    answer: LateAnswer,
+) {
+    sb.inject(
+        FaultRule::new(
+            Verb::Patch,
+            Resource::Nodes,
+            1,
+            FaultAction::LateWrite {
+                commit_after,
+                answer,
+            },
+        )
+        .named(name),
+    );
 }
 
 /// The first Node of a fixture.
