@@ -855,8 +855,14 @@ async fn service_account_token(admin: &Client, name: &str) -> String {
         .create(&PostParams::default(), &account)
         .await
         .unwrap();
+    request_token(admin, "default", name).await
+}
+
+/// A token for the existing ServiceAccount `namespace/name` from the real TokenRequest API
+/// (`POST …/serviceaccounts/<name>/token`, 10 minutes).
+async fn request_token(admin: &Client, namespace: &str, name: &str) -> String {
     let request = http::Request::post(format!(
-        "/api/v1/namespaces/default/serviceaccounts/{name}/token"
+        "/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token"
     ))
     .header("Content-Type", "application/json")
     .body(
@@ -1395,21 +1401,7 @@ async fn deploy_rbac_is_enough_on_the_real_server() {
     assert!(applied.contains(&"ClusterRole".to_owned()) && applied.contains(&"Role".to_owned()));
 
     // The ServiceAccount's token from the real TokenRequest API.
-    let request = http::Request::post(
-        "/api/v1/namespaces/kube-system/serviceaccounts/nodeipam-controller/token",
-    )
-    .header("Content-Type", "application/json")
-    .body(
-        serde_json::to_vec(&json!({
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": 600}
-        }))
-        .unwrap(),
-    )
-    .unwrap();
-    let answer: Value = admin.request(request).await.unwrap();
-    let token = answer["status"]["token"].as_str().unwrap().to_owned();
+    let token = request_token(&admin, "kube-system", "nodeipam-controller").await;
     let path = cluster.kubeconfig("nodeipam-sa", &token).unwrap();
     let config = nodeipam::controller::client::config_from_kubeconfig(&path)
         .await
