@@ -174,17 +174,7 @@ async fn run_fixture(
         );
     }
     // The controller's pool figures equal plan's.
-    let pools: Vec<(String, u32, u32)> = summary
-        .pools
-        .iter()
-        .map(|p| (p.cluster_cidr.to_string(), p.capacity, p.used))
-        .collect();
-    let planned: Vec<(String, u32, u32)> = predicted
-        .pools
-        .iter()
-        .map(|p| (p.cluster_cidr.clone(), p.capacity, p.used))
-        .collect();
-    assert_eq!(pools, planned, "{file}: pool figures vs plan");
+    common::assert_pools_match_plan(&summary, &predicted, file);
 
     let report = check_end_state(&sb, &ipam, expect_skipped, &summary);
     assert_eq!(report.served + report.unservable, original.len(), "{file}");

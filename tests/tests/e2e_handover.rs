@@ -12,17 +12,17 @@ mod common;
 
 use std::time::Duration;
 
-use axum::http::{HeaderValue, header::USER_AGENT};
-use common::{WAIT, fast_config, init_tracing, ipam, masks, node_like, pod_cidrs};
-use nodeipam::controller::{ControllerConfig, Health, LeaderElection, RunSummary, run};
+use common::{
+    WAIT, agent, fast_config, init_tracing, ipam, late_write_first_patch, masks, node_like,
+    pod_cidrs, spawn_as,
+};
+use nodeipam::controller::{ControllerConfig, LeaderElection};
 use nodeipam_tests::monitor::OverlapMonitor;
 use nodeipam_tests::sandbox::{
     FaultAction, FaultRule, LateAnswer, LateWriteOutcome, Resource, Sandbox, SandboxHandle, Verb,
     fixture,
 };
 use serde_json::json;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 const AWS: &str = "05-aws-4nodes-no-podcidr.json";
 /// Its first PATCH is answered early and applied late.
@@ -30,31 +30,6 @@ const LATE: &str = "late";
 /// Created after the stop; sorts before LATE, so a new leader that lists both serves it first.
 const FIRST: &str = "a-first";
 const LEASE_NAME: &str = "nodeipam-controller";
-
-struct Process {
-    health: Health,
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<Result<RunSummary, nodeipam::Error>>,
-}
-
-fn agent(name: &str) -> String {
-    format!("{} {name}", nodeipam::controller::client::USER_AGENT_VALUE)
-}
-
-fn start(sb: &SandboxHandle, config: ControllerConfig, name: &str) -> Process {
-    let mut client_config = nodeipam::controller::client::config_for_url(&sb.url()).unwrap();
-    client_config.headers.retain(|(n, _)| n != USER_AGENT);
-    client_config
-        .headers
-        .push((USER_AGENT, HeaderValue::from_str(&agent(name)).unwrap()));
-    let client = kube::Client::try_from(client_config).unwrap();
-    let health = config.health.clone();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(run(config, client, async move {
-        let _ = stopped.await;
-    }));
-    Process { health, stop, task }
-}
 
 /// Lease 4 s / renew 3 s / retry 200 ms: the 2 s request timeout fits the Lease unshortened,
 /// and a released Lease is taken within 200 ms.
@@ -101,26 +76,20 @@ async fn a_cleanly_stopped_leader_keeps_the_lease_until_its_write_in_doubt_canno
     .await;
     let monitor = OverlapMonitor::attach(&sb);
     let ipam = ipam("10.30.0.0/22", "", masks(None, None, None));
-    sb.inject(
-        FaultRule::new(
-            Verb::Patch,
-            Resource::Nodes,
-            1,
-            FaultAction::LateWrite {
-                commit_after: Duration::from_millis(1500),
-                answer: LateAnswer::DropConnection,
-            },
-        )
-        .named(LATE),
+    late_write_first_patch(
+        &sb,
+        LATE,
+        Duration::from_millis(1500),
+        LateAnswer::DropConnection,
     );
     sb.inject(
         FaultRule::new(Verb::Patch, Resource::Nodes, 1000, FaultAction::Status(503)).named(LATE),
     );
 
-    let a = start(&sb, config(&ipam, "a"), "a");
+    let a = spawn_as(&sb, config(&ipam, "a"), "a");
     let ha = a.health.clone();
     assert!(sb.wait_until(WAIT, |_| ha.is_leading()).await, "A leads");
-    let b = start(&sb, config(&ipam, "b"), "b");
+    let b = spawn_as(&sb, config(&ipam, "b"), "b");
     let hb = b.health.clone();
     assert!(sb.wait_until(WAIT, |_| hb.is_ready()).await, "B stands by");
     assert!(
@@ -132,11 +101,7 @@ async fn a_cleanly_stopped_leader_keeps_the_lease_until_its_write_in_doubt_canno
 
     // SIGTERM to A while its write is in doubt.
     let stop_signal_at = sb.requests().len();
-    let _ = a.stop.send(());
-    let summary = tokio::time::timeout(WAIT, a.task)
-        .await
-        .expect("A stops")
-        .unwrap();
+    let summary = a.stop_outcome().await;
     assert!(summary.is_ok(), "A stopped cleanly: {summary:?}");
     let _ = sb.create_node(node_like(&template, FIRST));
 
@@ -179,7 +144,6 @@ async fn a_cleanly_stopped_leader_keeps_the_lease_until_its_write_in_doubt_canno
     assert_eq!(pod_cidrs(&sb, LATE), ["10.30.0.0/24"]);
 
     sb.clear_faults();
-    let _ = b.stop.send(());
-    let _ = tokio::time::timeout(WAIT, b.task).await.expect("B stops");
+    let _ = b.stop_outcome().await;
     sb.shutdown().await;
 }

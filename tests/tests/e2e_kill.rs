@@ -10,55 +10,17 @@ mod common;
 
 use std::time::Duration;
 
-use axum::http::{HeaderValue, header::USER_AGENT};
-use common::{WAIT, fast_config, init_tracing, ipam, masks, node_like, pod_cidrs};
-use nodeipam::controller::{ControllerConfig, Health, LeaderElection, RunSummary, run};
+use common::{
+    WAIT, agent, election, fast_config, init_tracing, ipam, late_write_first_patch, masks,
+    node_like, pod_cidrs, spawn_as,
+};
 use nodeipam_tests::sandbox::{
     FaultAction, FaultRule, LateAnswer, Resource, Sandbox, SandboxHandle, Verb, fixture,
 };
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 const AWS: &str = "05-aws-4nodes-no-podcidr.json";
 const LATE: &str = "late";
-
-/// A controller whose requests carry `User-Agent: <controller's> <name>`.
-struct Process {
-    health: Health,
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<Result<RunSummary, nodeipam::Error>>,
-}
-
-fn agent(name: &str) -> String {
-    format!("{} {name}", nodeipam::controller::client::USER_AGENT_VALUE)
-}
-
-fn start(sb: &SandboxHandle, config: ControllerConfig, name: &str) -> Process {
-    let mut client_config = nodeipam::controller::client::config_for_url(&sb.url()).unwrap();
-    client_config.headers.retain(|(n, _)| n != USER_AGENT);
-    client_config
-        .headers
-        .push((USER_AGENT, HeaderValue::from_str(&agent(name)).unwrap()));
-    let client = kube::Client::try_from(client_config).unwrap();
-    let health = config.health.clone();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(run(config, client, async move {
-        let _ = stopped.await;
-    }));
-    Process { health, stop, task }
-}
-
-fn election(identity: &str) -> LeaderElection {
-    LeaderElection {
-        namespace: "kube-system".to_owned(),
-        name: "nodeipam-controller".to_owned(),
-        identity: identity.to_owned(),
-        lease_duration: Duration::from_secs(2),
-        renew_deadline: Duration::from_millis(1500),
-        retry_period: Duration::from_millis(200),
-    }
-}
 
 fn sandbox_nodes() -> Value {
     let template = fixture(AWS)["items"][1].clone();
@@ -67,17 +29,11 @@ fn sandbox_nodes() -> Value {
 
 /// The PATCH of LATE is applied late (after the kill); every re-send hangs.
 fn hold_the_patch(sb: &SandboxHandle) {
-    sb.inject(
-        FaultRule::new(
-            Verb::Patch,
-            Resource::Nodes,
-            1,
-            FaultAction::LateWrite {
-                commit_after: Duration::from_millis(900),
-                answer: LateAnswer::DropConnection,
-            },
-        )
-        .named(LATE),
+    late_write_first_patch(
+        sb,
+        LATE,
+        Duration::from_millis(900),
+        LateAnswer::DropConnection,
     );
     sb.inject(
         FaultRule::new(
@@ -113,17 +69,16 @@ async fn a_killed_leader_neither_releases_its_lease_nor_writes_again() {
         config
     };
     hold_the_patch(&sb);
-    let a = start(&sb, config("a"), "a");
+    let a = spawn_as(&sb, config("a"), "a");
     let ha = a.health.clone();
     assert!(sb.wait_until(WAIT, |_| ha.is_leading()).await);
-    let b = start(&sb, config("b"), "b");
+    let b = spawn_as(&sb, config("b"), "b");
     assert!(
         sb.wait_until(WAIT, |sb| sb.pending_faults().len() == 1)
             .await,
         "A never sent its PATCH"
     );
-    a.task.abort();
-    let _ = a.task.await;
+    a.abort().await;
     let killed_at = sb.requests().len();
     sb.clear_faults();
     let hb = b.health.clone();
@@ -152,8 +107,7 @@ async fn a_killed_leader_neither_releases_its_lease_nor_writes_again() {
         sb.wait_until(WAIT, |sb| !pod_cidrs(sb, LATE).is_empty())
             .await
     );
-    let _ = b.stop.send(());
-    let _ = b.task.await.unwrap();
+    let _ = b.stop_outcome().await;
     sb.shutdown().await;
 }
 
@@ -167,18 +121,17 @@ async fn a_killed_controller_writes_nothing_more() {
     let mut config = fast_config(ipam.clone());
     config.request_timeout = Duration::from_secs(1);
     hold_the_patch(&sb);
-    let first = start(&sb, config.clone(), "first");
+    let first = spawn_as(&sb, config.clone(), "first");
     assert!(
         sb.wait_until(WAIT, |sb| sb.pending_faults().len() == 1)
             .await,
         "the first controller never sent its PATCH"
     );
-    first.task.abort();
-    let _ = first.task.await;
+    first.abort().await;
     let killed_at = sb.requests().len();
     sb.clear_faults();
     config.startup_write_fence = config.request_timeout;
-    let second = start(&sb, config, "second");
+    let second = spawn_as(&sb, config, "second");
     let health = second.health.clone();
     assert!(
         sb.wait_until(WAIT, |sb| health.is_ready()
@@ -190,7 +143,6 @@ async fn a_killed_controller_writes_nothing_more() {
         Vec::<String>::new(),
         "the killed controller sent requests after the kill"
     );
-    let _ = second.stop.send(());
-    let _ = second.task.await.unwrap();
+    let _ = second.stop_outcome().await;
     sb.shutdown().await;
 }

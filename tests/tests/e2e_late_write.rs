@@ -14,8 +14,8 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    WAIT, check_end_state, events_with_reason, fast_config, init_tracing, ipam, masks, node_like,
-    node_patches, pod_cidrs, spawn, unserved,
+    WAIT, check_end_state, events_with_reason, fast_config, init_tracing, ipam,
+    late_write_first_patch, masks, node_like, node_patches, pod_cidrs, spawn, unserved,
 };
 use nodeipam::reasons;
 use nodeipam_tests::monitor::OverlapMonitor;
@@ -70,18 +70,7 @@ async fn late_write_never_gives_its_block_to_another_node(answer: LateAnswer) {
     // block out twice.
     config.retry_min_delay = Duration::from_millis(400);
     config.retry_max_delay = Duration::from_secs(1);
-    sb.inject(
-        FaultRule::new(
-            Verb::Patch,
-            Resource::Nodes,
-            1,
-            FaultAction::LateWrite {
-                commit_after: Duration::from_millis(1500),
-                answer,
-            },
-        )
-        .named(LATE),
-    );
+    late_write_first_patch(&sb, LATE, Duration::from_millis(1500), answer);
     let controller = spawn(&sb, config);
     controller.wait_allocating(&sb).await;
     assert!(
@@ -157,17 +146,11 @@ async fn late_write_cannot_land_on_a_recreated_node_of_the_same_name() {
     let ipam = ipam("10.30.0.0/22", "", masks(None, None, None));
     let mut config = fast_config(ipam.clone());
     config.request_timeout = Duration::from_secs(2);
-    sb.inject(
-        FaultRule::new(
-            Verb::Patch,
-            Resource::Nodes,
-            1,
-            FaultAction::LateWrite {
-                commit_after: Duration::from_millis(1500),
-                answer: LateAnswer::DropConnection,
-            },
-        )
-        .named(LATE),
+    late_write_first_patch(
+        &sb,
+        LATE,
+        Duration::from_millis(1500),
+        LateAnswer::DropConnection,
     );
     // Hold every later PATCH of LATE until the late write has had its turn, so the re-created
     // object is still without podCIDRs when the late write is applied.
@@ -237,17 +220,11 @@ async fn a_restarted_controller_does_not_allocate_before_its_start_up_fence() {
     let ipam = ipam("10.30.0.0/22", "", masks(None, None, None));
     let mut config = fast_config(ipam.clone());
     config.request_timeout = Duration::from_secs(2);
-    sb.inject(
-        FaultRule::new(
-            Verb::Patch,
-            Resource::Nodes,
-            1,
-            FaultAction::LateWrite {
-                commit_after: Duration::from_millis(1500),
-                answer: LateAnswer::DropConnection,
-            },
-        )
-        .named(LATE),
+    late_write_first_patch(
+        &sb,
+        LATE,
+        Duration::from_millis(1500),
+        LateAnswer::DropConnection,
     );
     // Its re-sends hang until the kill, so LATE still has no podCIDRs then.
     sb.inject(

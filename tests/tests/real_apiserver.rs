@@ -44,7 +44,7 @@ mod secure;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use common::{fast_config, init_tracing, ipam, masks, spawn_with_client};
+use common::{election, fast_config, init_tracing, ipam, masks, spawn_with_client};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
@@ -57,6 +57,7 @@ use nodeipam_core::NodeMaskFlags;
 use nodeipam_tests::invariants::{name_of, pod_cidrs_of};
 use nodeipam_tests::real_apiserver::RealCluster;
 use nodeipam_tests::sandbox::fixture;
+use nodeipam_tests::sandbox::replicate::without_server_set_metadata;
 use serde_json::{Value, json};
 
 /// Reasons of the Warning events that mark a Node skipped (its podCIDRs cannot be occupied).
@@ -100,21 +101,7 @@ async fn controller_client(cluster: &RealCluster) -> Client {
 /// A fixture Node as a create request: the server-set metadata (uid, resourceVersion,
 /// creationTimestamp, managedFields, …) removed; spec (with any podCIDRs) and status kept.
 fn creatable(node: &Value) -> Value {
-    let mut node = node.clone();
-    if let Some(meta) = node["metadata"].as_object_mut() {
-        for key in [
-            "uid",
-            "resourceVersion",
-            "creationTimestamp",
-            "managedFields",
-            "generation",
-            "deletionTimestamp",
-            "deletionGracePeriodSeconds",
-            "selfLink",
-        ] {
-            meta.remove(key);
-        }
-    }
+    let mut node = without_server_set_metadata(node);
     node["apiVersion"] = json!("v1");
     node["kind"] = json!("Node");
     node
@@ -438,17 +425,7 @@ async fn every_fixture_ends_with_plans_pod_cidrs_on_the_real_server() {
             );
         }
         // The controller's own accounting agrees with plan's.
-        let pools: Vec<(String, u32, u32)> = summary
-            .pools
-            .iter()
-            .map(|p| (p.cluster_cidr.to_string(), p.capacity, p.used))
-            .collect();
-        let planned: Vec<(String, u32, u32)> = predicted
-            .pools
-            .iter()
-            .map(|p| (p.cluster_cidr.clone(), p.capacity, p.used))
-            .collect();
-        assert_eq!(pools, planned, "{}: pool figures vs plan", case.file);
+        common::assert_pools_match_plan(&summary, &predicted, case.file);
         eprintln!(
             "{}: {} Nodes created, {} refused by the real server ({:?}), {} skipped with events",
             case.file,
@@ -878,8 +855,14 @@ async fn service_account_token(admin: &Client, name: &str) -> String {
         .create(&PostParams::default(), &account)
         .await
         .unwrap();
+    request_token(admin, "default", name).await
+}
+
+/// A token for the existing ServiceAccount `namespace/name` from the real TokenRequest API
+/// (`POST …/serviceaccounts/<name>/token`, 10 minutes).
+async fn request_token(admin: &Client, namespace: &str, name: &str) -> String {
     let request = http::Request::post(format!(
-        "/api/v1/namespaces/default/serviceaccounts/{name}/token"
+        "/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token"
     ))
     .header("Content-Type", "application/json")
     .body(
@@ -983,18 +966,6 @@ async fn secure_serving_delegates_to_the_real_server() {
     );
     drop(server);
     running.stop().await;
-}
-
-/// Leader election as the e2e tests configure it: 2 s Lease, 1.5 s renew deadline, 200 ms retry.
-fn election(identity: &str) -> nodeipam::controller::LeaderElection {
-    nodeipam::controller::LeaderElection {
-        namespace: "kube-system".to_owned(),
-        name: "nodeipam-controller".to_owned(),
-        identity: identity.to_owned(),
-        lease_duration: Duration::from_secs(2),
-        renew_deadline: Duration::from_millis(1500),
-        retry_period: Duration::from_millis(200),
-    }
 }
 
 /// The Lease's `spec.holderIdentity` on the real server.
@@ -1430,21 +1401,7 @@ async fn deploy_rbac_is_enough_on_the_real_server() {
     assert!(applied.contains(&"ClusterRole".to_owned()) && applied.contains(&"Role".to_owned()));
 
     // The ServiceAccount's token from the real TokenRequest API.
-    let request = http::Request::post(
-        "/api/v1/namespaces/kube-system/serviceaccounts/nodeipam-controller/token",
-    )
-    .header("Content-Type", "application/json")
-    .body(
-        serde_json::to_vec(&json!({
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": 600}
-        }))
-        .unwrap(),
-    )
-    .unwrap();
-    let answer: Value = admin.request(request).await.unwrap();
-    let token = answer["status"]["token"].as_str().unwrap().to_owned();
+    let token = request_token(&admin, "kube-system", "nodeipam-controller").await;
     let path = cluster.kubeconfig("nodeipam-sa", &token).unwrap();
     let config = nodeipam::controller::client::config_from_kubeconfig(&path)
         .await

@@ -17,6 +17,55 @@ pub struct Replicas {
     pub count: usize,
 }
 
+/// The metadata fields the API server sets itself, which a create request built from a stored
+/// Node must not carry over: `uid`, `resourceVersion`, `creationTimestamp`, `managedFields`,
+/// `generation`, the deletion fields and `selfLink`.
+pub const SERVER_SET_METADATA: [&str; 8] = [
+    "uid",
+    "resourceVersion",
+    "creationTimestamp",
+    "managedFields",
+    "generation",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "selfLink",
+];
+
+/// `node` without the [`SERVER_SET_METADATA`] fields; everything else (name, spec with any
+/// podCIDRs, status) kept. A value without an object `metadata` is returned unchanged.
+pub fn without_server_set_metadata(node: &Value) -> Value {
+    let mut node = node.clone();
+    if let Some(meta) = node.get_mut("metadata").and_then(Value::as_object_mut) {
+        for key in SERVER_SET_METADATA {
+            meta.remove(key);
+        }
+    }
+    node
+}
+
+/// A new Node from `template`: named `name` (also its `kubernetes.io/hostname` label when the
+/// template has one), without the [`SERVER_SET_METADATA`] fields and without `spec.podCIDR` and
+/// `spec.podCIDRs` (the store fills in a fresh uid and creationTimestamp).
+pub fn renamed_node(template: &Value, name: &str) -> Value {
+    let mut node = without_server_set_metadata(template);
+    if let Some(meta) = node.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert("name".into(), Value::String(name.to_owned()));
+        if let Some(labels) = meta.get_mut("labels").and_then(Value::as_object_mut)
+            && labels.contains_key("kubernetes.io/hostname")
+        {
+            labels.insert(
+                "kubernetes.io/hostname".into(),
+                Value::String(name.to_owned()),
+            );
+        }
+    }
+    if let Some(spec) = node.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.remove("podCIDR");
+        spec.remove("podCIDRs");
+    }
+    node
+}
+
 /// Errors reading a `--replicate` argument.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ReplicateError {
@@ -44,38 +93,9 @@ pub enum ReplicateError {
 }
 
 impl Replicas {
-    /// The `i`-th copy: named `<prefix>-<i>` (also its `kubernetes.io/hostname` label when the
-    /// template has one), without `uid`, `resourceVersion`, `creationTimestamp`,
-    /// `managedFields`, `generation`, deletion fields, `selfLink`, `spec.podCIDR` and
-    /// `spec.podCIDRs` (the store fills in a fresh uid and creationTimestamp).
+    /// The `i`-th copy: [`renamed_node`] of the template, named `<prefix>-<i>`.
     pub fn node(&self, i: usize) -> Value {
-        let name = format!("{}-{i}", self.prefix);
-        let mut node = self.template.clone();
-        if let Some(meta) = node.get_mut("metadata").and_then(Value::as_object_mut) {
-            for f in [
-                "uid",
-                "resourceVersion",
-                "creationTimestamp",
-                "managedFields",
-                "generation",
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "selfLink",
-            ] {
-                meta.remove(f);
-            }
-            meta.insert("name".into(), Value::String(name.clone()));
-            if let Some(labels) = meta.get_mut("labels").and_then(Value::as_object_mut)
-                && labels.contains_key("kubernetes.io/hostname")
-            {
-                labels.insert("kubernetes.io/hostname".into(), Value::String(name));
-            }
-        }
-        if let Some(spec) = node.get_mut("spec").and_then(Value::as_object_mut) {
-            spec.remove("podCIDR");
-            spec.remove("podCIDRs");
-        }
-        node
+        renamed_node(&self.template, &format!("{}-{i}", self.prefix))
     }
 
     /// Parse `FILE:INDEX:COUNT[:PREFIX]` (the `--replicate` flag): `items[INDEX]` of the NodeList

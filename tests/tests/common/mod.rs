@@ -5,10 +5,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use nodeipam::controller::{ControllerConfig, Health, RunSummary, run};
+use axum::http::{HeaderValue, header::USER_AGENT};
+use nodeipam::controller::{ControllerConfig, Health, LeaderElection, RunSummary, run};
+use nodeipam::plan::PlanReport;
 use nodeipam_core::{IpamConfig, NodeMaskFlags};
 use nodeipam_tests::invariants::{ClusterSpec, ControllerView, Report, assert_invariants};
-use nodeipam_tests::sandbox::{Resource, SandboxHandle, Verb};
+use nodeipam_tests::sandbox::{FaultAction, FaultRule, LateAnswer, Resource, SandboxHandle, Verb};
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -78,6 +80,37 @@ pub fn spawn(sb: &SandboxHandle, config: ControllerConfig) -> Running {
     spawn_with_client(client, config)
 }
 
+/// The User-Agent of a controller started with [`spawn_as`]: the controller's own, then `name`.
+pub fn agent(name: &str) -> String {
+    format!("{} {name}", nodeipam::controller::client::USER_AGENT_VALUE)
+}
+
+/// Starts `run(config, client, shutdown)` on the sandbox with the controller's own client
+/// configuration, its requests carrying `User-Agent: <controller's> <name>` ([`agent`]), so the
+/// sandbox's request log tells the replicas apart.
+pub fn spawn_as(sb: &SandboxHandle, config: ControllerConfig, name: &str) -> Running {
+    let mut client_config = nodeipam::controller::client::config_for_url(&sb.url()).unwrap();
+    client_config.headers.retain(|(n, _)| n != USER_AGENT);
+    client_config
+        .headers
+        .push((USER_AGENT, HeaderValue::from_str(&agent(name)).unwrap()));
+    let client = kube::Client::try_from(client_config).unwrap();
+    spawn_with_client(client, config)
+}
+
+/// Leader election as the e2e tests configure it on the Lease `kube-system/nodeipam-controller`:
+/// 2 s Lease, 1.5 s renew deadline, 200 ms retry period.
+pub fn election(identity: &str) -> LeaderElection {
+    LeaderElection {
+        namespace: "kube-system".to_owned(),
+        name: "nodeipam-controller".to_owned(),
+        identity: identity.to_owned(),
+        lease_duration: Duration::from_secs(2),
+        renew_deadline: Duration::from_millis(1500),
+        retry_period: Duration::from_millis(200),
+    }
+}
+
 /// Starts `run(config, client, shutdown)` with a client built by the caller (the real-server
 /// tests: the controller's own kubeconfig loading).
 pub fn spawn_with_client(client: kube::Client, config: ControllerConfig) -> Running {
@@ -123,10 +156,18 @@ impl Running {
 
     /// Signals shutdown and returns the final summary (bounded).
     pub async fn stop(self) -> RunSummary {
+        match self.stop_outcome().await {
+            Ok(summary) => summary,
+            Err(e) => panic!("controller returned an error: {e}"),
+        }
+    }
+
+    /// Signals shutdown and returns how `run()` ended, error included (bounded; panics only if
+    /// the task panicked or did not stop within [`WAIT`]).
+    pub async fn stop_outcome(self) -> Result<RunSummary, nodeipam::Error> {
         let _ = self.stop.send(());
         match tokio::time::timeout(WAIT, self.task).await {
-            Ok(Ok(Ok(summary))) => summary,
-            Ok(Ok(Err(e))) => panic!("controller returned an error: {e}"),
+            Ok(Ok(result)) => result,
             Ok(Err(e)) => panic!("controller task panicked: {e}"),
             Err(_) => panic!("controller did not stop within {WAIT:?} of the shutdown signal"),
         }
@@ -242,39 +283,56 @@ pub fn assert_no_cidr_handed_out_twice(sb: &SandboxHandle) -> usize {
     count
 }
 
-/// A new Node derived from a real fixture Node: renamed, no podCIDRs, no server-set metadata.
+/// A new Node derived from a real fixture Node: renamed, no podCIDRs, no server-set metadata
+/// ([`renamed_node`](nodeipam_tests::sandbox::replicate::renamed_node)), no `spec.providerID`,
+/// with `apiVersion: v1` and `kind: Node`.
 pub fn node_like(template: &Value, name: &str) -> Value {
-    let mut node = template.clone();
-    let meta = node["metadata"].as_object_mut().unwrap();
-    for key in [
-        "uid",
-        "resourceVersion",
-        "creationTimestamp",
-        "managedFields",
-        "generation",
-        "deletionTimestamp",
-        "deletionGracePeriodSeconds",
-        "selfLink",
-    ] {
-        meta.remove(key);
-    }
-    meta.insert("name".to_owned(), Value::String(name.to_owned()));
-    if let Some(labels) = meta.get_mut("labels").and_then(Value::as_object_mut)
-        && labels.contains_key("kubernetes.io/hostname")
-    {
-        labels.insert(
-            "kubernetes.io/hostname".to_owned(),
-            Value::String(name.to_owned()),
-        );
-    }
+    let mut node = nodeipam_tests::sandbox::replicate::renamed_node(template, name);
     if let Some(spec) = node["spec"].as_object_mut() {
-        spec.remove("podCIDR");
-        spec.remove("podCIDRs");
         spec.remove("providerID");
     }
     node["apiVersion"] = Value::String("v1".to_owned());
     node["kind"] = Value::String("Node".to_owned());
     node
+}
+
+/// Asserts that the controller's own accounting (per pool: cluster CIDR, capacity, used, in
+/// blocks) equals `nodeipam plan`'s prediction for the same Nodes; `what` names the case.
+pub fn assert_pools_match_plan(summary: &RunSummary, predicted: &PlanReport, what: &str) {
+    let pools: Vec<(String, u32, u32)> = summary
+        .pools
+        .iter()
+        .map(|p| (p.cluster_cidr.to_string(), p.capacity, p.used))
+        .collect();
+    let planned: Vec<(String, u32, u32)> = predicted
+        .pools
+        .iter()
+        .map(|p| (p.cluster_cidr.clone(), p.capacity, p.used))
+        .collect();
+    assert_eq!(pools, planned, "{what}: pool figures vs plan");
+}
+
+/// Makes the first PATCH of Node `name` a late write: the sandbox answers it at once as `answer`
+/// says (a timeout or a dropped connection) and applies it `commit_after` later, as
+/// kube-apiserver may (a request keeps running after its client gave up).
+pub fn late_write_first_patch(
+    sb: &SandboxHandle,
+    name: &str,
+    commit_after: Duration,
+    answer: LateAnswer,
+) {
+    sb.inject(
+        FaultRule::new(
+            Verb::Patch,
+            Resource::Nodes,
+            1,
+            FaultAction::LateWrite {
+                commit_after,
+                answer,
+            },
+        )
+        .named(name),
+    );
 }
 
 /// The first Node of a fixture.
