@@ -34,8 +34,9 @@ pub enum Error {
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
     /// The leader-election Lease could not be managed.
-    #[error("leader election: {0}")]
-    LeaderElection(#[source] crate::controller::LeaderError),
+    /// (Its message is the [`crate::controller::LeaderError`]'s, which names leader election.)
+    #[error(transparent)]
+    LeaderElection(crate::controller::LeaderError),
     /// This instance was the leader and lost the Lease (upstream exits then; so do we).
     #[error("leader election: lost the Lease")]
     LeadershipLost,
@@ -123,5 +124,34 @@ impl Error {
             origin: origin.into(),
             message: message.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::LeaderError;
+
+    /// The leader-election error names leader election once (it printed "leader election: leader
+    /// election: lost the Lease …" when both layers added the prefix) and the new holder by name
+    /// (not `Some("…")`).
+    #[test]
+    fn leader_election_errors_name_leader_election_once() {
+        let error = Error::LeaderElection(LeaderError::Superseded {
+            lease: "kube-system/nodeipam".into(),
+            holder: Some("other".into()),
+        });
+        assert_eq!(
+            error.to_string(),
+            "leader election: lost the Lease kube-system/nodeipam: it now names \"other\""
+        );
+        let deleted = Error::LeaderElection(LeaderError::Superseded {
+            lease: "kube-system/nodeipam".into(),
+            holder: None,
+        });
+        assert_eq!(
+            deleted.to_string(),
+            "leader election: lost the Lease kube-system/nodeipam: it now names nobody"
+        );
     }
 }

@@ -324,7 +324,10 @@ pub enum LeaderError {
         last_error: Option<RequestError>,
     },
     /// Leading, we read the Lease and it no longer names us.
-    #[error("leader election: lost the Lease {lease}: it now names {holder:?}")]
+    #[error(
+        "leader election: lost the Lease {lease}: it now names {}",
+        holder.as_deref().map_or_else(|| "nobody".to_owned(), |h| format!("{h:?}"))
+    )]
     Superseded {
         /// `namespace/name` of the Lease.
         lease: String,

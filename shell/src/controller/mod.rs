@@ -413,7 +413,7 @@ pub async fn run(
         }
         Ok(Err(e)) => {
             tracing::error!(error = %e, "lost the Lease; stopped allocating");
-            health.set_failed(format!("leader election: {e}"));
+            health.set_failed(e.to_string());
             return Err(Error::LeaderElection(e));
         }
         Err(e) => {

@@ -88,8 +88,10 @@ struct Args {
     /// feature off: 422 Invalid, so clients fall back to a paged LIST.
     #[arg(long)]
     no_watch_list: bool,
-    /// Store Node podCIDRs with host bits, leading 0s or IPv4-mapped addresses as a server before
-    /// Kubernetes 1.36 (or with StrictIPCIDRValidation off) does, instead of refusing them (422).
+    /// Store Node podCIDRs with host bits, a leading-0 prefix length or an IPv4-mapped address as
+    /// a server before Kubernetes 1.36 (or with StrictIPCIDRValidation off) does, instead of
+    /// refusing them (422). Leading 0s in an IPv4 address are still refused (the sandbox's parser
+    /// reads no such address); load such Nodes with --nodes, which stores them as given.
     #[arg(long)]
     no_strict_cidr_validation: bool,
     /// Serve the /sandbox/... admin endpoints (summary, request log, faults incl. late writes,

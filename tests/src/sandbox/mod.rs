@@ -125,7 +125,8 @@ pub struct SandboxOptions {
     /// kube-apiserver's `StrictIPCIDRValidation` (beta and on by default since 1.36): Node
     /// podCIDRs with host bits, leading 0s or an IPv4-mapped IPv6 address are refused (422).
     /// `false` stores them as a server before 1.36 (or with the gate off) does — the only way a
-    /// Node with a non-canonical podCIDR can still appear while a controller runs.
+    /// Node with a non-canonical podCIDR can still appear while a controller runs — except leading
+    /// 0s in an IPv4 address, which the sandbox's parser never reads (load such Nodes initially).
     pub strict_cidr_validation: bool,
 }
 
