@@ -28,5 +28,7 @@ pub mod reasons;
 pub mod reconcile;
 pub mod serving;
 pub mod startup;
+#[cfg(test)]
+mod test_support;
 
 pub use error::Error;

@@ -214,20 +214,8 @@ impl Visit for JsonFields {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex};
 
-    #[derive(Clone, Default)]
-    struct Buffer(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Buffer {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().expect("buffer").extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
+    use crate::test_support::LogBuffer as Buffer;
 
     fn capture(filter: &str, emit: impl FnOnce()) -> Vec<serde_json::Value> {
         let buffer = Buffer::default();
@@ -238,7 +226,7 @@ mod tests {
             .event_format(KlogJson)
             .finish();
         tracing::subscriber::with_default(subscriber, emit);
-        let text = String::from_utf8(buffer.0.lock().expect("buffer").clone()).expect("utf-8");
+        let text = buffer.text();
         text.lines()
             .map(|l| serde_json::from_str(l).expect("each line is one JSON object"))
             .collect()

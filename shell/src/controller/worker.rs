@@ -636,37 +636,11 @@ fn join(cidrs: &[Cidr]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-    use std::sync::{Arc, Mutex};
-
     use nodeipam_core::NodeMaskFlags;
 
     use super::*;
-    use crate::reconcile::NodeView;
 
-    #[derive(Clone, Default)]
-    struct Buffer(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Buffer {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            lock(&self.0).extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    fn view(name: &str, pod_cidrs: &[&str]) -> NodeView {
-        NodeView {
-            name: name.into(),
-            pod_cidr: pod_cidrs.first().map(|s| (*s).to_owned()),
-            pod_cidrs: pod_cidrs.iter().map(|s| (*s).to_owned()).collect(),
-            deleting: false,
-            uid: Some(format!("uid-{name}")),
-            labels: BTreeMap::new(),
-        }
-    }
+    use crate::test_support::{LogBuffer as Buffer, node_view as view};
 
     /// The watch settling a write whose PATCH ended with an unknown outcome logs the assignment
     /// (it logged nothing: only an answered PATCH did); the watch showing other podCIDRs (another
@@ -698,7 +672,7 @@ mod tests {
                 log_settled(&allocator, &name, doubt, &decision, "the watch");
             }
         });
-        let text = String::from_utf8(lock(&buffer.0).clone()).expect("utf-8");
+        let text = buffer.text();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 1, "{text}");
         assert!(

@@ -18,16 +18,7 @@ fn cidr(text: &str) -> Cidr {
     Cidr::parse(text).expect("test CIDR")
 }
 
-fn node(name: &str, pod_cidrs: &[&str]) -> NodeView {
-    NodeView {
-        name: name.into(),
-        pod_cidr: pod_cidrs.first().map(|s| (*s).to_owned()),
-        pod_cidrs: pod_cidrs.iter().map(|s| (*s).to_owned()).collect(),
-        deleting: false,
-        uid: Some(format!("uid-{name}")),
-        labels: BTreeMap::new(),
-    }
-}
+use crate::test_support::node_view as node;
 
 fn fixture(file: &str) -> Vec<NodeView> {
     let path = format!("{}/../fixtures/nodes/{file}", env!("CARGO_MANIFEST_DIR"));
