@@ -218,8 +218,15 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> CidrSet<S> {
         if !fits || self.count_free(first, first + (group - 1)) != group {
             return Err(AllocError::StaleCandidate { range: range.cidr });
         }
-        let changed = self.set_range(first, first + (group - 1), false);
-        self.allocated_count += changed;
+        if group == 1 {
+            // One grid block: `allocate_next`'s single-bit update (summaries only when the word
+            // empties).
+            self.mark_used(first);
+            self.allocated_count += 1;
+        } else {
+            let changed = self.set_range(first, first + (group - 1), false);
+            self.allocated_count += changed;
+        }
         if placement == Placement::NextFromCursor {
             let end = first - low + group;
             range.cursor = if end > high - low { 0 } else { end };
@@ -364,6 +371,10 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> CidrSet<S> {
     fn find_free_aligned_between(&self, from: u32, last: u32, group: u32) -> Option<u32> {
         if from > last {
             return None;
+        }
+        if group == 1 {
+            // One grid block: the plain next-free search (a run of one is any free block).
+            return self.find_free_from(from).filter(|&first| first <= last);
         }
         self.find_free_aligned_upto(from, last, group)
             .filter(|&first| first.checked_add(group - 1).is_some_and(|end| end <= last))
