@@ -1,4 +1,5 @@
-//! Allocator benchmarks, workloads W1–W5 of the allocation-core issue. Results in BENCHMARKS.md.
+//! Allocator benchmarks, workloads W1–W5 of the allocation-core issue and W6 (pool ranges of a
+//! shared set, issue 18). Results in BENCHMARKS.md.
 //!
 //! Run: `cargo bench -p nodeipam-core --bench allocator`
 //!
@@ -9,7 +10,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use nodeipam_core::{Cidr, CidrSet, storage_words_for};
+use nodeipam_core::{BlockRequest, Cidr, CidrSet, Placement, PoolRange, storage_words_for};
 
 struct SplitMix64 {
     state: u64,
@@ -216,6 +217,60 @@ fn bench(c: &mut Criterion) {
             black_box(set.release(block_128).ok());
             black_box(set.allocate_next().ok())
         })
+    });
+
+    // W6: W1 through a pool range over the whole cluster CIDR (`allocate_block_within`, one
+    // grid block from the range's cursor): the cost of the range layer against W1.
+    let whole: Cidr = "10.0.0.0/8".parse().expect("bench CIDR");
+    let one_block = BlockRequest {
+        prefix_len: 24,
+        placement: Placement::NextFromCursor,
+    };
+    group.throughput(Throughput::Elements(65_536));
+    group.bench_function("W6_fill_ipv4_65536_within_range", |b| {
+        b.iter_batched_ref(
+            || (new_set("10.0.0.0/8", 24), PoolRange::new(whole)),
+            |(set, range)| {
+                for _ in 0..65_536 {
+                    black_box(set.allocate_block_within(range, one_block).ok());
+                }
+            },
+            BatchSize::LargeInput,
+        )
+    });
+
+    // W6b: overlapping pools: on the W1 set with every other /24 taken by the default pool, a
+    // labelled pool of /26 blocks on a /26 grid fills its 10.128.0.0/12 (16,384 /26s free).
+    let labelled: Cidr = "10.128.0.0/12".parse().expect("bench CIDR");
+    let mut half = new_set("10.0.0.0/8", 26);
+    let mut default = PoolRange::new(whole);
+    let mut taken = 0u32;
+    while taken < 32_768 {
+        let request = BlockRequest {
+            prefix_len: 24,
+            placement: Placement::NextFromCursor,
+        };
+        if let Ok(block) = half.allocate_block_within(&mut default, request) {
+            // Skip the next /24: every other one stays free.
+            default = PoolRange::with_cursor(whole, block.first_block_index + 8);
+        }
+        taken += 1;
+    }
+    let small = BlockRequest {
+        prefix_len: 26,
+        placement: Placement::NextFromCursor,
+    };
+    group.throughput(Throughput::Elements(16_384));
+    group.bench_function("W6b_fill_16384_within_half_used_range", |b| {
+        b.iter_batched_ref(
+            || (half.clone(), PoolRange::new(labelled)),
+            |(set, range)| {
+                for _ in 0..16_384 {
+                    black_box(set.allocate_block_within(range, small).ok());
+                }
+            },
+            BatchSize::LargeInput,
+        )
     });
     group.finish();
 }

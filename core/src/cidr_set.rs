@@ -13,8 +13,10 @@ use crate::cidr::Cidr;
 use crate::error::AllocError;
 
 mod blocks;
+mod within;
 
 pub use blocks::{BlockAllocation, BlockRequest, FreeBlock, Placement};
+pub use within::{PoolRange, RangeCandidate};
 
 /// The largest number of blocks a set may hold: 2^24 (a /8 cut into /32s, or a /40 into /64s).
 pub const MAX_BLOCK_BITS: u8 = 24;
@@ -533,9 +535,16 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> CidrSet<S> {
     /// First index ≥ `from` of an aligned run of `group` (a power of two ≤ block_count) free
     /// blocks. `from` must be a multiple of `group`: then the aligned start of the group holding
     /// the first free block at or after `from` is itself ≥ `from`.
-    fn find_free_aligned_from(&self, mut from: u32, group: u32) -> Option<u32> {
+    fn find_free_aligned_from(&self, from: u32, group: u32) -> Option<u32> {
+        self.find_free_aligned_upto(from, self.block_count.saturating_sub(1), group)
+    }
+
+    /// As [`CidrSet::find_free_aligned_from`], but gives up once the search passes block `last`
+    /// (a run found may still start or end past `last`: the caller checks), so a search confined
+    /// to a range never walks the rest of the set.
+    fn find_free_aligned_upto(&self, mut from: u32, last: u32, group: u32) -> Option<u32> {
         loop {
-            if from >= self.block_count {
+            if from >= self.block_count || from > last {
                 return None;
             }
             let free = self.find_free_from(from)?;

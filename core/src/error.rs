@@ -137,6 +137,20 @@ pub enum AllocError {
         /// Cluster CIDRs (sets) in the pool.
         sets: usize,
     },
+    /// A block was requested within a pool's range with a prefix shorter than the range's: the
+    /// block would not fit inside the range ([`crate::CidrSet::find_block_within`]).
+    BlockLargerThanRange {
+        /// The prefix length asked for, in bits.
+        prefix_len: u8,
+        /// The range (the pool's CIDR).
+        range: Cidr,
+    },
+    /// A candidate from [`crate::CidrSet::find_block_within`] no longer fits: it was found for
+    /// another range, or one of its blocks has been allocated since.
+    StaleCandidate {
+        /// The range it was offered for.
+        range: Cidr,
+    },
     /// A service CIDR covers every remaining block of a cluster CIDR, leaving nothing to allocate.
     ServiceCidrFillsClusterCidr {
         /// The service CIDR.
@@ -225,6 +239,15 @@ impl fmt::Display for AllocError {
             AllocError::RequestCountMismatch { requests, sets } => write!(
                 f,
                 "{requests} block requests given for {sets} cluster CIDRs; give one per cluster CIDR"
+            ),
+            AllocError::BlockLargerThanRange { prefix_len, range } => write!(
+                f,
+                "a /{prefix_len} block does not fit inside range {range}: the block's prefix must be at least /{}",
+                range.prefix_len()
+            ),
+            AllocError::StaleCandidate { range } => write!(
+                f,
+                "the block found in range {range} is no longer free there; search again"
             ),
             AllocError::ServiceCidrFillsClusterCidr {
                 service_cidr,

@@ -33,7 +33,7 @@ pub mod shared;
 pub use cidr::{Cidr, Family};
 pub use cidr_set::{
     AlignedAllocation, Allocation, BlockAllocation, BlockRequest, CidrSet, FreeBlock,
-    MAX_BLOCK_BITS, Placement, storage_words, storage_words_for,
+    MAX_BLOCK_BITS, Placement, PoolRange, RangeCandidate, storage_words, storage_words_for,
 };
 pub use config::{
     ClusterCidrConfig, ConfigError, DEFAULT_NODE_MASK_SIZE_IPV4, DEFAULT_NODE_MASK_SIZE_IPV6,

@@ -16,9 +16,10 @@ use std::path::{Path, PathBuf};
 type Target = fn(&[u8]);
 
 /// Each fuzz target, its corpus folder name and the harness entry point.
-const TARGETS: [(&str, Target); 3] = [
+const TARGETS: [(&str, Target); 4] = [
     ("cidr_set_model", harness::run_cidr_set),
     ("pool_model", harness::run_pool),
+    ("pool_ranges", harness::run_pool_ranges),
     ("cidr_parse", harness::run_cidr_parse),
 ];
 
@@ -72,8 +73,13 @@ fn corpus_pool_model() {
 }
 
 #[test]
-fn corpus_cidr_parse() {
+fn corpus_pool_ranges() {
     replay(TARGETS[2].0, TARGETS[2].1);
+}
+
+#[test]
+fn corpus_cidr_parse() {
+    replay(TARGETS[3].0, TARGETS[3].1);
 }
 
 /// SplitMix64, as in BENCHMARKS.md.

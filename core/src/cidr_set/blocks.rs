@@ -242,7 +242,7 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> CidrSet<S> {
     }
 
     /// The CIDR of `prefix_len` bits starting at grid block `first`.
-    fn aligned_cidr(&self, first: u32, prefix_len: u8) -> Cidr {
+    pub(super) fn aligned_cidr(&self, first: u32, prefix_len: u8) -> Cidr {
         Cidr::from_parts(
             self.cluster_cidr.family(),
             self.block_network(first),

@@ -11,6 +11,10 @@
 //!   allocated block indices plus upstream's round-robin cursor) after every step.
 //! - `run_pool`: bytes → a single- or dual-stack `Pool` → node-level operations compared with
 //!   one `SetModel` per cluster CIDR (all-or-nothing `allocate_node`).
+//! - `run_pool_ranges`: bytes → one set shared by three `PoolRange`s (overlapping pools) →
+//!   allocations within each range, stale candidates, occupy/release and free counts compared
+//!   with one `SetModel` and a cursor per range; then the allocations moved into a grown,
+//!   re-gridded set (`occupy_allocations_of`).
 //! - `run_cidr_parse`: text → `Cidr::parse`/`parse_masked` → `Display` into a stack buffer →
 //!   parse again; each line, and `config::validate` on the lines; never a panic.
 //!
@@ -22,10 +26,12 @@ mod decode;
 mod model;
 mod parse;
 mod pool;
+mod ranges;
 mod set;
 
 pub use parse::run_cidr_parse;
 pub use pool::run_pool;
+pub use ranges::run_pool_ranges;
 pub use set::run_cidr_set;
 
 use std::fmt::{self, Write};
