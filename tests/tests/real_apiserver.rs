@@ -38,6 +38,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
+mod crd;
 mod deploy;
 mod secure;
 
