@@ -263,8 +263,9 @@ fn node_mask_size_range(cluster_cidr: &Cidr) -> (u8, u8) {
 impl core::error::Error for ConfigError {}
 
 /// A comma list of at most two CIDRs, parsed upstream-style (host bits cleared, reported).
-/// Empty entries around commas are ignored as `strings.Split` + trim would not — an empty entry is
-/// a syntax error, like kube-controller-manager's `ParseCIDRs`.
+/// Each entry is read with [`Cidr::parse_sloppy`], as kube-controller-manager reads these flags
+/// (`netutils.ParseCIDRs` → `ParseCIDRSloppy`): `010.0.0.0/16` is 10.0.0.0/16, leading zeros read
+/// as decimal. An empty entry is a syntax error, like kube-controller-manager's `ParseCIDRs`.
 /// Why a comma list was rejected: the entry count, and the first bad entry (index, cause) if the
 /// count itself was fine.
 type ListError = (usize, Option<(u8, CidrError)>);
@@ -276,7 +277,7 @@ fn parse_cidr_list(text: &str) -> Result<Vec<(Cidr, bool), 2>, ListError> {
     }
     let mut out = Vec::new();
     for (index, entry) in text.split(',').enumerate() {
-        match Cidr::parse_masked(entry.trim()) {
+        match Cidr::parse_sloppy(entry.trim()) {
             Ok(parsed) => {
                 let _ = out.push(parsed);
             }
@@ -534,6 +535,27 @@ mod tests {
                 flag_family: Family::V6
             })
         );
+    }
+
+    /// kube-controller-manager reads `--cluster-cidr` and `--service-cluster-ip-range` with
+    /// `ParseCIDRSloppy`: leading zeros are decimal, so `010.0.0.0/16` starts at 10.0.0.0.
+    #[test]
+    fn flag_cidrs_take_leading_zeros_as_kcm_does() {
+        let none = flags(None, None, None);
+        let config = validate("010.0.0.0/16,fd00:0010::/0048", "010.96.0.0/12", none).unwrap();
+        let clusters: std::vec::Vec<std::string::String> = config
+            .cluster_cidrs
+            .iter()
+            .map(|c| c.cluster_cidr.to_string())
+            .collect();
+        assert_eq!(clusters, ["10.0.0.0/16", "fd00:10::/48"]);
+        assert_eq!(
+            config.service_cidrs.iter().map(|c| c.to_string()).collect::<std::vec::Vec<_>>(),
+            ["10.96.0.0/12"]
+        );
+        // Still refused: an octet over 255, a group over ffff.
+        assert!(validate("256.0.0.0/16", "", none).is_err());
+        assert!(validate("fd00:10000::/48", "", none).is_err());
     }
 
     #[test]
