@@ -33,6 +33,8 @@ pub struct Step {
     pub compare: Vec<&'static str>,
     /// Values to capture from a successful answer: `(name, JSON pointer)`.
     pub capture: Vec<(&'static str, &'static str)>,
+    /// Why a difference on this step is kept rather than fixed (tests/FIDELITY.md), if it is.
+    pub kept: Option<&'static str>,
 }
 
 impl Step {
@@ -46,7 +48,14 @@ impl Step {
             body: None,
             compare: Vec::new(),
             capture: Vec::new(),
+            kept: None,
         }
+    }
+
+    /// A difference on this step is known and kept, for `why`.
+    pub fn kept(mut self, why: &'static str) -> Step {
+        self.kept = Some(why);
+        self
     }
 
     /// With a body of `content_type`.
@@ -152,19 +161,23 @@ pub fn reduce_watch(text: &str) -> Vec<Value> {
     events
 }
 
-/// Sends every step in order to `client`'s server and reduces each answer.
+/// Sends every step in order to `client`'s server and reduces each answer; `captured` holds the
+/// values captured so far on that server (empty for a fresh sequence) and gains this one's.
 ///
 /// # Panics
 /// On a transport error (no answer at all), or a step naming a capture no earlier step made.
-pub async fn replay(client: &Client, steps: &[Step]) -> Vec<Reduced> {
-    let mut captured: BTreeMap<&'static str, String> = BTreeMap::new();
+pub async fn replay(
+    client: &Client,
+    steps: &[Step],
+    captured: &mut BTreeMap<&'static str, String>,
+) -> Vec<Reduced> {
     let mut answers = Vec::new();
     for step in steps {
-        let uri = substitute(&step.uri, &captured);
+        let uri = substitute(&step.uri, captured);
         let body = step
             .body
             .as_deref()
-            .map(|b| substitute(b, &captured))
+            .map(|b| substitute(b, captured))
             .unwrap_or_default();
         assert!(
             !uri.contains("$(") && !body.contains("$("),
@@ -207,11 +220,19 @@ pub async fn replay(client: &Client, steps: &[Step]) -> Vec<Reduced> {
                 message: value["message"].as_str().unwrap_or_default().to_owned(),
             }
         } else if watch {
+            // The messages of ERROR events, for the table.
+            let message = text
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .filter(|e| e["type"] == "ERROR")
+                .filter_map(|e| e["object"]["message"].as_str().map(str::to_owned))
+                .collect::<Vec<_>>()
+                .join("; ");
             Reduced {
                 code,
                 reason: String::new(),
                 fields: vec![("events".to_owned(), Value::Array(reduce_watch(&text)))],
-                message: String::new(),
+                message,
             }
         } else {
             for (name, pointer) in &step.capture {
