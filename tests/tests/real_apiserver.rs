@@ -2319,6 +2319,7 @@ async fn lists_watches_leases_events_and_conflicts_are_answered_like_the_sandbox
         ("Leases", lease_steps()),
     ];
     sets.push(("events", event_steps().await));
+    sets.push(("chaos seed 3's schedule", chaos_schedule_steps(CHAOS_SEED)));
     sets.push((KEPT_SET, after_compaction_steps()));
     let cluster = start().await;
     let admin = cluster.admin_client().await.unwrap();
@@ -2428,4 +2429,174 @@ async fn lists_watches_leases_events_and_conflicts_are_answered_like_the_sandbox
         differences.len()
     );
     assert!(differences.is_empty(), "{differences:#?}");
+}
+
+/// The seed whose schedule [`chaos_schedule_steps`] replays.
+const CHAOS_SEED: u64 = 3;
+
+/// The requests a chaos seed's schedule produces, fault-free: its initial Nodes and every actor
+/// action that is an API request — creates (with their finalizers and foreign podCIDRs), deletes,
+/// re-creates under the same name, labels, kubelet heartbeats on the `status` subresource,
+/// finalizer removals — with, after each create of a Node without podCIDRs, the controller's
+/// uid-pinned PATCH of the next block (`reconcile::pod_cidrs_patch`), and after a re-create the
+/// controller's PATCH still pinned to the old object's uid. Faults, kills, drops and compactions
+/// are left out (they are the sandbox's own double, not requests).
+fn chaos_schedule_steps(seed: u64) -> Vec<fidelity::Step> {
+    use fidelity::Step;
+    use nodeipam_tests::chaos::{Action, CHURN_LABEL, NodeSpec, Plan, block, build_node};
+    let plan = Plan::generate(seed);
+    let (cluster, mask) = plan.network().clusters()[0];
+    let nodes = "/api/v1/nodes";
+    let shape = [
+        "/metadata/name",
+        "/spec/podCIDRs",
+        "/metadata/finalizers",
+        "/metadata/deletionTimestamp#present",
+    ];
+    let mut steps = Vec::new();
+    let mut next_block = 0u128;
+    let mut specs: BTreeMap<String, NodeSpec> = BTreeMap::new();
+    let mut generation: BTreeMap<String, usize> = BTreeMap::new();
+    // Creates the Node; returns the capture name of its uid.
+    let create = |steps: &mut Vec<Step>,
+                  generation: &mut BTreeMap<String, usize>,
+                  spec: &NodeSpec,
+                  what: &str| {
+        let n = generation.entry(spec.name.clone()).or_default();
+        *n += 1;
+        let uid = format!("uid-{}-{n}", spec.name);
+        steps.push(
+            Step::new(format!("{what} {}", spec.name), "POST", nodes)
+                .body(JSON, build_node(spec).to_string())
+                .compare(&shape)
+                .capture(uid.clone(), "/metadata/uid"),
+        );
+        uid
+    };
+    // The controller's PATCH of the next block, pinned to `uid`, for a Node without podCIDRs.
+    let mut assign = |steps: &mut Vec<Step>, spec: &NodeSpec, uid: &str| {
+        if !spec.pod_cidrs.is_empty() {
+            return;
+        }
+        let cidr = block(&cluster, mask, next_block)
+            .map(|b| b.to_string())
+            .unwrap_or_default();
+        next_block += 1;
+        let cidr = nodeipam_core::Cidr::parse(&cidr).unwrap();
+        let body = nodeipam::reconcile::pod_cidrs_patch(&[cidr], Some(&format!("$({uid})")));
+        steps.push(
+            Step::new(
+                format!("the controller's PATCH of {}", spec.name),
+                "PATCH",
+                format!("{nodes}/{}", spec.name),
+            )
+            .body("application/strategic-merge-patch+json", body.to_string())
+            .compare(&shape),
+        );
+    };
+    for spec in &plan.initial {
+        let uid = create(&mut steps, &mut generation, spec, "create (initial)");
+        assign(&mut steps, spec, &uid);
+        specs.insert(spec.name.clone(), spec.clone());
+    }
+    for step in &plan.steps {
+        match &step.action {
+            Action::Create(spec) | Action::CreateForeign(spec, _) => {
+                let uid = create(&mut steps, &mut generation, spec, "create");
+                assign(&mut steps, spec, &uid);
+                specs.insert(spec.name.clone(), spec.clone());
+            }
+            Action::Delete(name) => steps.push(
+                Step::new(
+                    format!("delete {name}"),
+                    "DELETE",
+                    format!("{nodes}/{name}"),
+                )
+                .compare(&["/kind", "/metadata/deletionTimestamp#present"]),
+            ),
+            Action::Recreate(spec) => {
+                let old = generation.get(&spec.name).copied().unwrap_or_default();
+                steps.push(
+                    Step::new(
+                        format!("delete {} (re-create)", spec.name),
+                        "DELETE",
+                        format!("{nodes}/{}", spec.name),
+                    )
+                    .compare(&["/kind", "/metadata/deletionTimestamp#present"]),
+                );
+                let uid = create(&mut steps, &mut generation, spec, "re-create");
+                specs.insert(spec.name.clone(), spec.clone());
+                // The PATCH for the old object arrives first (the race of issue 16 (2)).
+                if old > 0 {
+                    let cidr = nodeipam_core::Cidr::parse("10.255.255.0/24").unwrap();
+                    let body = nodeipam::reconcile::pod_cidrs_patch(
+                        &[cidr],
+                        Some(&format!("$(uid-{}-{old})", spec.name)),
+                    );
+                    steps.push(
+                        Step::new(
+                            format!(
+                                "the controller's PATCH of {} pinned to the old uid",
+                                spec.name
+                            ),
+                            "PATCH",
+                            format!("{nodes}/{}", spec.name),
+                        )
+                        .body("application/strategic-merge-patch+json", body.to_string())
+                        .compare(&shape),
+                    );
+                }
+                assign(&mut steps, spec, &uid);
+            }
+            Action::Label { name, value } => steps.push(
+                Step::new(format!("label {name}"), "PATCH", format!("{nodes}/{name}"))
+                    .body(
+                        "application/merge-patch+json",
+                        json!({"metadata": {"labels": {CHURN_LABEL: value.to_string()}}})
+                            .to_string(),
+                    )
+                    .compare(&shape),
+            ),
+            Action::Heartbeat(name) => {
+                let Some(spec) = specs.get(name) else {
+                    continue;
+                };
+                let mut conditions = build_node(spec)["status"]["conditions"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                for c in &mut conditions {
+                    c["lastHeartbeatTime"] = json!("2026-12-02T06:00:00Z");
+                }
+                steps.push(
+                    Step::new(
+                        format!("heartbeat {name} (status)"),
+                        "PATCH",
+                        format!("{nodes}/{name}/status"),
+                    )
+                    .body(
+                        "application/merge-patch+json",
+                        json!({"status": {"conditions": conditions}}).to_string(),
+                    )
+                    .compare(&["/metadata/name", "/status/conditions/0/lastHeartbeatTime"]),
+                );
+            }
+            Action::RemoveFinalizer(name) => steps.push(
+                Step::new(
+                    format!("remove the finalizer of {name}"),
+                    "PATCH",
+                    format!("{nodes}/{name}"),
+                )
+                .body(
+                    "application/merge-patch+json",
+                    r#"{"metadata":{"finalizers":null}}"#,
+                )
+                .compare(&shape),
+            ),
+            _ => {}
+        }
+    }
+    // The end state, by name.
+    steps.push(Step::new("LIST every Node at the end", "GET", nodes).compare(&["/items#names"]));
+    steps
 }

@@ -32,7 +32,7 @@ pub struct Step {
     /// A watch's answer is compared as its list of events instead (see [`reduce_watch`]).
     pub compare: Vec<&'static str>,
     /// Values to capture from a successful answer: `(name, JSON pointer)`.
-    pub capture: Vec<(&'static str, &'static str)>,
+    pub capture: Vec<(String, &'static str)>,
     /// Why a difference on this step is kept rather than fixed (tests/FIDELITY.md), if it is.
     pub kept: Option<&'static str>,
 }
@@ -72,8 +72,8 @@ impl Step {
     }
 
     /// Captures `pointer` of the answer as `$(name)`.
-    pub fn capture(mut self, name: &'static str, pointer: &'static str) -> Step {
-        self.capture.push((name, pointer));
+    pub fn capture(mut self, name: impl Into<String>, pointer: &'static str) -> Step {
+        self.capture.push((name.into(), pointer));
         self
     }
 }
@@ -92,7 +92,7 @@ pub struct Reduced {
     pub message: String,
 }
 
-fn substitute(text: &str, captured: &BTreeMap<&'static str, String>) -> String {
+fn substitute(text: &str, captured: &BTreeMap<String, String>) -> String {
     let mut out = text.to_owned();
     for (name, value) in captured {
         out = out.replace(&format!("$({name})"), value);
@@ -169,7 +169,7 @@ pub fn reduce_watch(text: &str) -> Vec<Value> {
 pub async fn replay(
     client: &Client,
     steps: &[Step],
-    captured: &mut BTreeMap<&'static str, String>,
+    captured: &mut BTreeMap<String, String>,
 ) -> Vec<Reduced> {
     let mut answers = Vec::new();
     for step in steps {
@@ -238,7 +238,7 @@ pub async fn replay(
             for (name, pointer) in &step.capture {
                 if let Some(v) = value.pointer(pointer) {
                     let v = v.as_str().map_or_else(|| v.to_string(), str::to_owned);
-                    captured.insert(name, v);
+                    captured.insert(name.clone(), v);
                 }
             }
             Reduced {
