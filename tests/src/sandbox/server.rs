@@ -532,6 +532,10 @@ async fn respond(
     }
     let early: Option<Response> = match &fault {
         Some(FaultAction::Status(code)) => Some(error_response(&ApiError::with_code(*code))),
+        Some(FaultAction::WatchError(code)) => Some(json_response(
+            200,
+            &serde_json::json!({"type": "ERROR", "object": ApiError::with_code(*code).to_status()}),
+        )),
         Some(FaultAction::TooManyRequests { retry_after_secs }) => Some(error_response(
             &ApiError::too_many_requests(*retry_after_secs),
         )),
