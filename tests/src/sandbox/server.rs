@@ -791,7 +791,7 @@ fn parse_verb(s: &str) -> Option<Verb> {
 
 /// Parse an admin fault rule: `{"verb":"patch","resource":"nodes","name":"n1","times":2,
 /// "status":500}` or with `"retryAfterSeconds":N`, `"hangMs":N`, `"delayMs":N`,
-/// `"commitThenStatus":C`, `"commitThenHangMs":N` or
+/// `"commitThenStatus":C`, `"commitThenHangMs":N`, `"watchError":C` or
 /// `"lateWrite":{"commitAfterMs":N,"answer":"timeout","answerAfterMs":M}` /
 /// `"lateWrite":{"commitAfterMs":N,"answer":"drop"}` instead of `status`.
 ///
@@ -830,6 +830,8 @@ pub fn parse_fault(v: &Value) -> Result<FaultRule, ApiError> {
         )
     } else if let Some(ms) = n("commitThenHangMs") {
         FaultAction::CommitThenHang(Duration::from_millis(ms))
+    } else if let Some(c) = n("watchError") {
+        FaultAction::WatchError(u16::try_from(c).map_err(|_| ApiError::bad_request("bad status"))?)
     } else if let Some(late) = v.get("lateWrite") {
         let ms = |k: &str| {
             late.get(k)
@@ -855,7 +857,7 @@ pub fn parse_fault(v: &Value) -> Result<FaultRule, ApiError> {
         }
     } else {
         return Err(ApiError::bad_request(
-            "fault needs one of status, retryAfterSeconds, hangMs, delayMs, commitThenStatus, commitThenHangMs, lateWrite",
+            "fault needs one of status, retryAfterSeconds, hangMs, delayMs, commitThenStatus, commitThenHangMs, watchError, lateWrite",
         ));
     };
     Ok(FaultRule {
@@ -934,6 +936,7 @@ mod tests {
     fn admin_fault_rules_parse() {
         let cases = [
             (json!({"status": 500}), FaultAction::Status(500)),
+            (json!({"watchError": 500}), FaultAction::WatchError(500)),
             (
                 json!({"lateWrite": {"commitAfterMs": 1500, "answer": "timeout", "answerAfterMs": 200}}),
                 FaultAction::LateWrite {
