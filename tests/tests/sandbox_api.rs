@@ -1976,3 +1976,96 @@ async fn scale_driver() {
     assert_eq!(summary["nodesWithPodCIDRs"], count);
     drop(child);
 }
+
+/// The `WatchError` fault: the WATCH is answered 200 with one `ERROR` event carrying the code,
+/// then ends (what the real kube-apiserver sends for a watch it cannot serve, tests/FIDELITY.md).
+#[tokio::test]
+async fn watch_error_fault_ends_a_watch_with_one_error_event() {
+    let sb = Sandbox::start(fixture("05-aws-4nodes-no-podcidr.json")).await;
+    sb.inject(FaultRule::new(
+        Verb::Watch,
+        Resource::Nodes,
+        1,
+        FaultAction::WatchError(500),
+    ));
+    let watch = |client: kube::Client| async move {
+        let request = http::Request::get("/api/v1/nodes?watch=true&timeoutSeconds=1")
+            .body(Vec::new())
+            .unwrap();
+        client.request_text(request).await.unwrap()
+    };
+    let first: Vec<Value> = watch(sb.client())
+        .await
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(
+        (&first[0]["type"], &first[0]["object"]["code"]),
+        (&json!("ERROR"), &json!(500))
+    );
+    // Spent: the next watch is served.
+    let second = watch(sb.client()).await;
+    assert!(!second.contains("ERROR"), "{second}");
+    sb.shutdown().await;
+}
+
+/// The real kube-apiserver can end a watch with an `ERROR` event that is not 410: without the
+/// watch cache, a watch starting exactly at etcd's compaction revision gets `500 InternalError`
+/// "etcd event received with PrevKv=nil" (tests/FIDELITY.md). client-go's reflector then ends
+/// `ListAndWatch` and lists again after its backoff; the informer (`controller/informer.rs`, the
+/// `WatchEvent::Error(status)` arm) re-opens the watch from the same resourceVersion at once, so
+/// on the real server it meets the same error again until a compaction turns it into a 410.
+/// Ignored: it fails until the informer lists again after such an event (reported to the lead;
+/// `shell/src` is being refactored). Run it with `--ignored`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fails until controller/informer.rs lists again after a watch ERROR event that is not 410 (tests/FIDELITY.md)"]
+async fn informer_lists_again_after_a_watch_error_event_that_is_not_410() {
+    use nodeipam::controller::informer::{self, InformerSettings, NodeCache, Outputs, SyncState};
+    use nodeipam::controller::{InitialList, WorkQueue, window::WriteWindow};
+    use std::sync::Arc;
+    let sb = Sandbox::start(fixture("05-aws-4nodes-no-podcidr.json")).await;
+    let (synced_tx, mut synced) = tokio::sync::watch::channel(SyncState::default());
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let (broken, _) = tokio::sync::watch::channel(None);
+    let task = tokio::spawn(informer::run(
+        kube::Api::all(sb.client()),
+        Outputs {
+            cache: Arc::new(NodeCache::new()),
+            queue: Arc::new(WorkQueue::new()),
+            window: Arc::new(WriteWindow::new(1000)),
+        },
+        synced_tx,
+        InformerSettings {
+            initial_list: InitialList::Streaming,
+            retry_min_delay: Duration::from_millis(20),
+            retry_max_delay: Duration::from_millis(200),
+        },
+        stop_rx,
+        broken,
+    ));
+    let wait = Duration::from_secs(10);
+    tokio::time::timeout(wait, synced.wait_for(|s| s.lists >= 1))
+        .await
+        .expect("no initial list")
+        .unwrap();
+    // The re-opened watch ends with ERROR 500.
+    sb.inject(FaultRule::new(
+        Verb::Watch,
+        Resource::Nodes,
+        1,
+        FaultAction::WatchError(500),
+    ));
+    sb.drop_watches();
+    let relisted = tokio::time::timeout(wait, synced.wait_for(|s| s.lists >= 2))
+        .await
+        .is_ok_and(|r| r.is_ok());
+    assert!(sb.pending_faults().is_empty(), "the fault never fired");
+    let _ = stop.send(true);
+    let _ = task.await;
+    sb.shutdown().await;
+    assert!(
+        relisted,
+        "after a watch ERROR event (500) the informer watched again from the same resourceVersion instead of listing again"
+    );
+}

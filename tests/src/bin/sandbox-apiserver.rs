@@ -35,7 +35,8 @@
 //!   `DELETE /sandbox/requests`;
 //! - `POST /sandbox/faults` with a rule `{"verb":"patch","resource":"nodes","name":"n1","times":1,
 //!   …action}` where the action is one of `"status":C`, `"retryAfterSeconds":S`, `"hangMs":MS`,
-//!   `"delayMs":MS`, `"commitThenStatus":C`, `"commitThenHangMs":MS`,
+//!   `"delayMs":MS`, `"commitThenStatus":C`, `"commitThenHangMs":MS`, `"watchError":C` (a WATCH
+//!   answered with one `ERROR` event of code C),
 //!   `"lateWrite":{"commitAfterMs":MS,"answer":"timeout","answerAfterMs":MS}` or
 //!   `"lateWrite":{"commitAfterMs":MS,"answer":"drop"}` (verb, resource, name optional = any);
 //!   `GET /sandbox/faults` ⇒ `{"pending":N}` (firings left); `DELETE /sandbox/faults`;

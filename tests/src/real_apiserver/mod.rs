@@ -223,6 +223,7 @@ pub struct RealCluster {
     apiserver: Option<Process>,
     apiserver_args: Vec<String>,
     apiserver_bin: PathBuf,
+    etcd_url: String,
     url: String,
     ca_file: PathBuf,
     started_in: Duration,
@@ -301,6 +302,7 @@ impl RealCluster {
             apiserver: None,
             apiserver_args,
             apiserver_bin,
+            etcd_url: etcd_url.clone(),
             url,
             ca_file: files.ca_cert,
             started_in: Duration::ZERO,
@@ -432,6 +434,46 @@ impl RealCluster {
     /// [`StartError::Client`] if kube-rs refuses the configuration.
     pub async fn admin_client(&self) -> Result<Client, StartError> {
         self.client_with_token("admin", ADMIN_TOKEN).await
+    }
+
+    /// Compacts etcd's history up to its current revision (etcd's JSON gateway:
+    /// `POST /v3/maintenance/status` for the revision, then `POST /v3/kv/compaction`, physical),
+    /// as kube-apiserver's own compactor does every `--etcd-compaction-interval`: afterwards a
+    /// LIST continue token or a WATCH that reaches etcd from an older resourceVersion gets
+    /// `410 Gone`/`Expired`. Returns the revision compacted to.
+    ///
+    /// # Errors
+    /// [`StartError::Client`] if etcd does not answer as expected.
+    pub async fn compact_etcd(&self) -> Result<i64, StartError> {
+        let fail = |message: String| StartError::Client {
+            url: self.etcd_url.clone(),
+            message,
+        };
+        let uri: http::Uri = self.etcd_url.parse().map_err(|e| fail(format!("{e}")))?;
+        let client = Client::try_from(Config::new(uri)).map_err(|e| fail(e.to_string()))?;
+        let post = |path: &str, body: serde_json::Value| {
+            http::Request::post(path)
+                .header("Content-Type", "application/json")
+                .body(body.to_string().into_bytes())
+                .map_err(|e| fail(e.to_string()))
+        };
+        let status: serde_json::Value = client
+            .request(post("/v3/maintenance/status", serde_json::json!({}))?)
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        // The gateway writes int64 fields as JSON strings.
+        let revision = status["header"]["revision"]
+            .as_str()
+            .and_then(|r| r.parse::<i64>().ok())
+            .ok_or_else(|| fail(format!("no revision in {status}")))?;
+        let _: serde_json::Value = client
+            .request(post(
+                "/v3/kv/compaction",
+                serde_json::json!({"revision": revision.to_string(), "physical": true}),
+            )?)
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        Ok(revision)
     }
 
     /// Kills kube-apiserver (SIGKILL; etcd keeps running).

@@ -16,6 +16,11 @@ pub enum FaultAction {
     },
     /// Do not run the request; hold it this long (until the client gives up), then answer 504.
     Hang(Duration),
+    /// For a WATCH: do not run it; answer 200 with one `ERROR` event carrying a `Status` of this
+    /// code, then end the stream — as kube-apiserver without the watch cache ends a watch that
+    /// starts exactly at etcd's compaction revision (`500 InternalError` "etcd event received
+    /// with PrevKv=nil", tests/FIDELITY.md).
+    WatchError(u16),
     /// Run the request normally after this delay.
     Delay(Duration),
     /// Run the request (the write is committed), then answer with this code instead of the result:

@@ -159,7 +159,7 @@ impl Store {
     /// The resourceVersion a list without a continue token is served at.
     ///
     /// `""` ⇒ the latest; `"0"` or `N` (with or without `NotOlderThan`) ⇒ the latest, which is at
-    /// least `N`; `N` with `Exact` ⇒ exactly `N`. `N` above the current resourceVersion ⇒ **504**
+    /// least `N`; `N` with `Exact`, or `N` ≠ 0 without a match but with a `limit`, ⇒ exactly `N`. `N` above the current resourceVersion ⇒ **504**
     /// `Too large resource version` (`storage.NewTooLargeResourceVersionError`).
     fn list_rv(&self, p: &ListParams) -> Result<u64, ApiError> {
         let requested = match p.resource_version.as_deref() {
@@ -172,6 +172,10 @@ impl Store {
         match (requested, p.resource_version_match.as_deref()) {
             (Some(r), _) if r > self.rv => Err(ApiError::too_large_resource_version(r, self.rv)),
             (Some(r), Some("Exact")) => Ok(r),
+            // The legacy exact read: `N` (not 0) without a match but with a `limit` lists exactly
+            // at `N` (`shouldDelegateList` in apiserver/pkg/storage/cacher/delegator.go sends it
+            // to etcd, whose `GetList` reads at that revision; v1.36.3 answers so).
+            (Some(r), None | Some("")) if p.limit > 0 && r != 0 => Ok(r),
             _ => Ok(self.rv),
         }
     }
@@ -266,7 +270,15 @@ impl Store {
             }
             _ => (self.list_rv(p)?, None),
         };
-        if p.limit == 0 {
+        // kube-apiserver serves `resourceVersion=0` from its watch cache, which ignores `limit`
+        // (`computeListLimit` in apiserver/pkg/storage/cacher/cacher.go, v1.36.3: "the limit is
+        // ignored for requests that set RV == 0"): one page with every item, no continue token.
+        let limit = if p.resource_version.as_deref() == Some("0") {
+            0
+        } else {
+            p.limit
+        };
+        if limit == 0 {
             let items: Vec<Arc<StoredObject>> = if rv == self.rv {
                 self.stored(res, ns)
                     .filter(|o| p.selector.matches_object(o))
@@ -372,6 +384,71 @@ mod tests {
             continue_token: token,
             ..ListParams::default()
         }
+    }
+
+    /// kube-apiserver v1.36.3 answers `?resourceVersion=0&limit=2` over five Nodes with all five
+    /// and no continue token (its watch cache ignores the limit; tests/FIDELITY.md), while
+    /// `?resourceVersion=N&resourceVersionMatch=NotOlderThan&limit=2` still pages.
+    #[test]
+    fn resource_version_0_ignores_the_limit_as_the_watch_cache_does() {
+        let mut s = Store::new(100);
+        for (i, n) in ["1", "2", "3", "4", "5"].into_iter().enumerate() {
+            s.insert_loaded(lease("a", n, i as u64 + 2));
+        }
+        s.rv = 6;
+        let any = ListParams {
+            resource_version: Some("0".to_owned()),
+            ..params(2, None)
+        };
+        let page = s.list(Resource::Leases, None, &any).expect("rv=0");
+        assert_eq!(
+            (page.items.len(), page.continue_token, page.remaining),
+            (5, None, None)
+        );
+        let not_older = ListParams {
+            resource_version: Some("3".to_owned()),
+            resource_version_match: Some("NotOlderThan".to_owned()),
+            ..params(2, None)
+        };
+        let page = s.list(Resource::Leases, None, &not_older).expect("rv=3");
+        assert_eq!((page.items.len(), page.remaining), (2, Some(3)));
+    }
+
+    /// kube-apiserver v1.36.3 answers `?resourceVersion=N&limit=2` (no `resourceVersionMatch`)
+    /// with the list exactly at `N` (the legacy exact read), not the latest (tests/FIDELITY.md).
+    #[test]
+    fn resource_version_with_a_limit_and_no_match_lists_exactly_there() {
+        let mut s = Store::new(100);
+        for (i, n) in ["1", "2", "3", "4", "5"].into_iter().enumerate() {
+            let rv = i as u64 + 2;
+            s.rv = rv;
+            s.commit(
+                ChangeType::Added,
+                lease("a", n, rv),
+                None,
+                (None, &json!({})),
+            );
+        }
+        let legacy = ListParams {
+            resource_version: Some("4".to_owned()),
+            ..params(2, None)
+        };
+        let page = s.list(Resource::Leases, None, &legacy).expect("rv=4");
+        assert_eq!(
+            (names(&page), page.remaining, page.rv),
+            (vec!["a/1".to_owned(), "a/2".to_owned()], Some(1), 4)
+        );
+        let next = ListParams {
+            continue_token: page.continue_token.clone(),
+            ..ListParams::default()
+        };
+        let rest = s
+            .list(Resource::Leases, None, &ListParams { limit: 2, ..next })
+            .expect("page 2");
+        assert_eq!(
+            (names(&rest), rest.continue_token),
+            (vec!["a/3".to_owned()], None)
+        );
     }
 
     #[test]

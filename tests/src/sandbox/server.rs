@@ -532,6 +532,10 @@ async fn respond(
     }
     let early: Option<Response> = match &fault {
         Some(FaultAction::Status(code)) => Some(error_response(&ApiError::with_code(*code))),
+        Some(FaultAction::WatchError(code)) => Some(json_response(
+            200,
+            &serde_json::json!({"type": "ERROR", "object": ApiError::with_code(*code).to_status()}),
+        )),
         Some(FaultAction::TooManyRequests { retry_after_secs }) => Some(error_response(
             &ApiError::too_many_requests(*retry_after_secs),
         )),
@@ -787,7 +791,7 @@ fn parse_verb(s: &str) -> Option<Verb> {
 
 /// Parse an admin fault rule: `{"verb":"patch","resource":"nodes","name":"n1","times":2,
 /// "status":500}` or with `"retryAfterSeconds":N`, `"hangMs":N`, `"delayMs":N`,
-/// `"commitThenStatus":C`, `"commitThenHangMs":N` or
+/// `"commitThenStatus":C`, `"commitThenHangMs":N`, `"watchError":C` or
 /// `"lateWrite":{"commitAfterMs":N,"answer":"timeout","answerAfterMs":M}` /
 /// `"lateWrite":{"commitAfterMs":N,"answer":"drop"}` instead of `status`.
 ///
@@ -826,6 +830,8 @@ pub fn parse_fault(v: &Value) -> Result<FaultRule, ApiError> {
         )
     } else if let Some(ms) = n("commitThenHangMs") {
         FaultAction::CommitThenHang(Duration::from_millis(ms))
+    } else if let Some(c) = n("watchError") {
+        FaultAction::WatchError(u16::try_from(c).map_err(|_| ApiError::bad_request("bad status"))?)
     } else if let Some(late) = v.get("lateWrite") {
         let ms = |k: &str| {
             late.get(k)
@@ -851,7 +857,7 @@ pub fn parse_fault(v: &Value) -> Result<FaultRule, ApiError> {
         }
     } else {
         return Err(ApiError::bad_request(
-            "fault needs one of status, retryAfterSeconds, hangMs, delayMs, commitThenStatus, commitThenHangMs, lateWrite",
+            "fault needs one of status, retryAfterSeconds, hangMs, delayMs, commitThenStatus, commitThenHangMs, watchError, lateWrite",
         ));
     };
     Ok(FaultRule {
@@ -930,6 +936,7 @@ mod tests {
     fn admin_fault_rules_parse() {
         let cases = [
             (json!({"status": 500}), FaultAction::Status(500)),
+            (json!({"watchError": 500}), FaultAction::WatchError(500)),
             (
                 json!({"lateWrite": {"commitAfterMs": 1500, "answer": "timeout", "answerAfterMs": 200}}),
                 FaultAction::LateWrite {
