@@ -130,7 +130,7 @@ fn print_row(row: &Row, rep: u32) {
         Mode::Unlimited | Mode::Latency => "unlimited",
     };
     println!(
-        "| {} | {:?} | {:?} | {qps} | {} ms | {:?} | {rep} | {:.1} | {} | {:.2} | {:.2} | {:.1} | {} / {} / {} / {} | {} | {} | {} | {} | {:.0} | {} |",
+        "| {} | {:?} | {:?} | {qps} | {} ms | {:?} | {rep} | {:.1} | {} | {:.2} | {:.2} | {:.1} | {} / {} / {} / {} | {} | {} | {} | {} | {:.0} | {} | {:.2} | {} |",
         row.nodes,
         row.stack,
         row.server,
@@ -152,12 +152,14 @@ fn print_row(row: &Row, rep: u32) {
         opt(row.restart_peak_rss_mib, 1),
         row.sandbox_peak_rss_mib,
         opt(row.etcd_peak_rss_mib, 0),
+        row.server_cpu_s,
+        opt(row.etcd_cpu_s, 2),
     );
 }
 
 fn print_ratio(ours: &Row, peer: &Row) {
     println!(
-        "| {} | {:?} | {:?} | | {} ms | ours/{:?} | | | | {} | {} | {} | | | | | | | |",
+        "| {} | {:?} | {:?} | | {} ms | ours/{:?} | | | | {} | {} | {} | | | | | | | | | |",
         ours.nodes,
         ours.stack,
         ours.server,
@@ -263,9 +265,11 @@ async fn main() -> ExitCode {
         }
     }
     println!(
-        "| N | stack | server | QPS/burst | latency | runner | run | load | ready s | serve all s | CPU s | peak RSS MiB | PATCH / LIST / WATCH / GET | 410s | restart ready s | restart PATCHes | restart peak RSS MiB | server peak RSS MiB | etcd peak RSS MiB |"
+        "| N | stack | server | QPS/burst | latency | runner | run | load | ready s | serve all s | CPU s | peak RSS MiB | PATCH / LIST / WATCH / GET | 410s | restart ready s | restart PATCHes | restart peak RSS MiB | server peak RSS MiB | etcd peak RSS MiB | server CPU s | etcd CPU s |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!(
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
     let mut failed = false;
     for &nodes in &args.nodes {
         for &stack in &args.stacks {

@@ -201,6 +201,10 @@ pub struct Row {
     pub sandbox_peak_rss_mib: f64,
     /// Peak RSS of etcd (real server), MiB.
     pub etcd_peak_rss_mib: Option<f64>,
+    /// CPU the sandbox or kube-apiserver used during the first run (exec to idle), seconds.
+    pub server_cpu_s: f64,
+    /// CPU etcd used during the first run (real server), seconds.
+    pub etcd_cpu_s: Option<f64>,
 }
 
 fn mib(bytes: u64) -> f64 {
@@ -274,6 +278,7 @@ pub async fn row(
     let prepare_s = answers.as_ref().map(|_| prepared.elapsed().as_secs_f64());
     server.start_counting().await?;
     let before = server.counters().await?;
+    let (server_before, etcd_before) = server.usage(ticks);
 
     let first = runner_run(
         settings,
@@ -289,6 +294,7 @@ pub async fn row(
     )
     .await?;
     let after_first = server.counters().await?.since(before);
+    let (server_after, etcd_after) = server.usage(ticks);
     server.stop_counting();
     let distinct = if settings.verify {
         Some(distinct_pod_cidrs(server.api(), nodes, stack).await?)
@@ -348,6 +354,10 @@ pub async fn row(
         restart_peak_rss_mib: restart.as_ref().map(|(r, _)| mib(r.idle.peak_rss)),
         sandbox_peak_rss_mib: mib(server_usage.peak_rss),
         etcd_peak_rss_mib: etcd_usage.map(|u| mib(u.peak_rss)),
+        server_cpu_s: server_after.cpu_s - server_before.cpu_s,
+        etcd_cpu_s: etcd_after
+            .zip(etcd_before)
+            .map(|(after, before)| after.cpu_s - before.cpu_s),
     })
 }
 
