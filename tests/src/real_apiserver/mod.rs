@@ -381,6 +381,16 @@ impl RealCluster {
         self.started_in
     }
 
+    /// etcd's process id (for reading its `/proc` figures, e.g. the scale benchmark's RSS).
+    pub fn etcd_pid(&self) -> u32 {
+        self.etcd.child.id()
+    }
+
+    /// kube-apiserver's process id, while it runs.
+    pub fn apiserver_pid(&self) -> Option<u32> {
+        self.apiserver.as_ref().map(|p| p.child.id())
+    }
+
     /// The last lines of kube-apiserver's output.
     pub fn apiserver_log(&self) -> String {
         log_tail(&self.dir.path().join("kube-apiserver.log"))

@@ -1,22 +1,31 @@
 //! `scale-bench`: the controller's scale benchmark. For every row (Nodes × stack × mode) it starts
-//! a release `sandbox-apiserver` with N renamed copies of a real AWS Node (fixture 05's second
-//! Node, no podCIDRs) and a release `nodeipam-controller` as separate processes, and prints:
-//! time to ready (start-up occupy done), time to serve every Node, PATCHes per second, controller
-//! CPU seconds and peak RSS once idle, 410s seen by the sandbox, and a restart against the fully
-//! allocated sandbox (time to ready, PATCHes sent: must be 0).
+//! an API server with N renamed copies of a real AWS Node (fixture 05's second Node, no podCIDRs)
+//! — the release `sandbox-apiserver` (`--server sandbox`) or etcd + kube-apiserver built by
+//! `tests/upstream/build.sh` (`--server real`, the Nodes created through the API first) — and a
+//! runner as a separate process: our release `nodeipam-controller`, and with `--peer kcm` the
+//! pinned kube-controller-manager, with `--peer null` the null writer (this binary's
+//! `null-writer` subcommand: PATCHes `plan`'s answers, the server's floor); each runner on a fresh
+//! server, alternating ours / kcm / null, `--repeat` times. It prints: time to ready, time to serve
+//! every Node, PATCHes per second, CPU seconds and peak RSS once idle, requests by verb, 410s, and
+//! a restart against the fully allocated server (time to ready, PATCHes sent: must be 0), then the
+//! `ours/kcm` and `ours/null` ratios.
 //!
 //! ```text
 //! cargo build --release -p nodeipam --bin nodeipam-controller -p nodeipam-tests --bin sandbox-apiserver --bin scale-bench
 //! target/release/scale-bench --nodes 2000,10000,50000 --stacks single,dual --modes unlimited,latency
+//! export NODEIPAM_UPSTREAM_BIN="$(tests/upstream/build.sh | tail -n 1)"
+//! target/release/scale-bench --peer kcm,null --server real --nodes 2000 --stacks single --modes unlimited
 //! ```
 //!
-//! Results: a Markdown table on stdout (one line per row as it finishes), progress on stderr, one
-//! JSON object per row appended to `--json`, the processes' logs in `--out-dir`. Timing is
+//! Results: a Markdown table on stdout (one line per run as it finishes), progress on stderr, one
+//! JSON object per run appended to `--json`, the processes' logs in `--out-dir`. Timing is
 //! reported, never asserted.
 
 mod http;
+mod null_writer;
 mod process;
 mod run;
+mod server;
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -24,7 +33,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use run::{Mode, Settings, Stack};
+use run::{Mode, Row, Runner, Settings, Stack};
+use server::ServerKind;
 
 /// The controller's scale benchmark (separate sandbox and controller processes).
 #[derive(Debug, Parser)]
@@ -87,6 +97,78 @@ struct Args {
     /// Also write the controller's RSS and CPU every 50 ms to a `.usage.tsv` file in `--out-dir`.
     #[arg(long)]
     usage_series: bool,
+    /// Peers run after ours on the same row, each on a fresh server, comma-separated: `kcm`
+    /// (kube-controller-manager's range allocator), `null` (the null writer).
+    #[arg(long, value_delimiter = ',')]
+    peer: Vec<Runner>,
+    /// The API server: `sandbox`, or `real` (etcd + kube-apiserver from `$NODEIPAM_UPSTREAM_BIN`).
+    #[arg(long, value_enum, default_value = "sandbox")]
+    server: ServerKind,
+    /// The kube-controller-manager binary (default: `$NODEIPAM_UPSTREAM_BIN/kube-controller-manager`).
+    #[arg(long)]
+    kcm: Option<PathBuf>,
+    /// `--node-cidr-mask-size` of every runner (default: the runners' defaults, /24 and /64), e.g.
+    /// 26 for 150,000 Nodes in 10.0.0.0/8.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=128))]
+    node_cidr_mask_size: Option<u8>,
+    /// Runs of every row (ours, then each peer, again), e.g. 2.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    repeat: u32,
+}
+
+fn ratio(ours: f64, peer: f64) -> String {
+    if peer > 0.0 && ours.is_finite() && peer.is_finite() {
+        format!("{:.2}", ours / peer)
+    } else {
+        "–".to_owned()
+    }
+}
+
+fn print_row(row: &Row, rep: u32) {
+    let qps = match row.mode {
+        Mode::Default => "20/30",
+        Mode::Unlimited | Mode::Latency => "unlimited",
+    };
+    println!(
+        "| {} | {:?} | {:?} | {qps} | {} ms | {:?} | {rep} | {:.1} | {} | {:.2} | {:.2} | {:.1} | {} / {} / {} / {} | {} | {} | {} | {} | {:.0} | {} | {:.2} | {} |",
+        row.nodes,
+        row.stack,
+        row.server,
+        row.latency_ms,
+        row.runner,
+        row.load_before,
+        opt(row.ready_s, 2),
+        row.served_s,
+        row.cpu_s,
+        row.peak_rss_mib,
+        row.patches,
+        row.lists,
+        row.watches,
+        row.gets,
+        row.gone410,
+        opt(row.restart_ready_s, 2),
+        row.restart_patches
+            .map_or_else(|| "–".to_owned(), |p| p.to_string()),
+        opt(row.restart_peak_rss_mib, 1),
+        row.sandbox_peak_rss_mib,
+        opt(row.etcd_peak_rss_mib, 0),
+        row.server_cpu_s,
+        opt(row.etcd_cpu_s, 2),
+    );
+}
+
+fn print_ratio(ours: &Row, peer: &Row) {
+    println!(
+        "| {} | {:?} | {:?} | | {} ms | ours/{:?} | | | | {} | {} | {} | | | | | | | | | |",
+        ours.nodes,
+        ours.stack,
+        ours.server,
+        ours.latency_ms,
+        peer.runner,
+        ratio(ours.served_s, peer.served_s),
+        ratio(ours.cpu_s, peer.cpu_s),
+        ratio(ours.peak_rss_mib, peer.peak_rss_mib),
+    );
 }
 
 fn beside_me(name: &str) -> PathBuf {
@@ -102,6 +184,18 @@ fn opt(value: Option<f64>, digits: usize) -> String {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == "null-writer")
+    {
+        let args = null_writer::NullArgs::parse_from(
+            std::env::args_os()
+                .enumerate()
+                .filter(|(i, _)| *i != 1)
+                .map(|(_, a)| a),
+        );
+        return null_writer::main(args).await;
+    }
     let args = Args::parse();
     let mut controller_env = Vec::new();
     for pair in &args.controller_env {
@@ -120,6 +214,15 @@ async fn main() -> ExitCode {
         sandbox: args
             .sandbox
             .unwrap_or_else(|| beside_me("sandbox-apiserver")),
+        kcm: args.kcm.unwrap_or_else(|| {
+            std::env::var_os(nodeipam_tests::real_apiserver::BIN_ENV)
+                .map(PathBuf::from)
+                .unwrap_or_default()
+                .join("kube-controller-manager")
+        }),
+        bench: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("scale-bench")),
+        server: args.server,
+        node_cidr_mask_size: args.node_cidr_mask_size,
         fixture: args.fixture.unwrap_or_else(|| {
             PathBuf::from(concat!(
                 env!("CARGO_MANIFEST_DIR"),
@@ -137,62 +240,78 @@ async fn main() -> ExitCode {
         controller_env,
         usage_series: args.usage_series,
     };
-    for path in [&settings.controller, &settings.sandbox, &settings.fixture] {
-        if !path.exists() {
-            eprintln!("error: {} does not exist", path.display());
+    let mut runners = vec![Runner::Ours];
+    for peer in &args.peer {
+        if !runners.contains(peer) {
+            runners.push(*peer);
+        }
+    }
+    let mut needed = vec![&settings.controller, &settings.fixture];
+    if settings.server == ServerKind::Sandbox {
+        needed.push(&settings.sandbox);
+    }
+    if runners.contains(&Runner::Kcm) {
+        needed.push(&settings.kcm);
+    }
+    for path in needed {
+        if !path.is_file() {
+            eprintln!(
+                "error: {} does not exist (kube-controller-manager and the real server: set {} to \
+                 the folder `tests/upstream/build.sh` prints, or give --kcm)",
+                path.display(),
+                nodeipam_tests::real_apiserver::BIN_ENV
+            );
             return ExitCode::from(2);
         }
     }
     println!(
-        "| N | stack | QPS/burst | latency | load | ready s | serve all s | PATCH/s | CPU s | peak RSS MiB | PATCHes | 410s | restart ready s | restart PATCHes | restart peak RSS MiB |"
+        "| N | stack | server | QPS/burst | latency | runner | run | load | ready s | serve all s | CPU s | peak RSS MiB | PATCH / LIST / WATCH / GET | 410s | restart ready s | restart PATCHes | restart peak RSS MiB | server peak RSS MiB | etcd peak RSS MiB | server CPU s | etcd CPU s |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!(
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
     let mut failed = false;
     for &nodes in &args.nodes {
         for &stack in &args.stacks {
             for &mode in &args.modes {
-                eprintln!("row: {nodes} Nodes, {stack:?}, {mode:?}");
-                match run::row(&settings, nodes, stack, mode).await {
-                    Ok(row) => {
-                        let qps = match mode {
-                            Mode::Default => "20/30",
-                            Mode::Unlimited | Mode::Latency => "unlimited",
-                        };
-                        println!(
-                            "| {} | {:?} | {qps} | {} ms | {:.1} | {} | {:.2} | {:.0} | {:.2} | {:.1} | {} | {} | {} | {} | {} |",
-                            row.nodes,
-                            row.stack,
-                            row.latency_ms,
-                            row.load_before,
-                            opt(row.ready_s, 2),
-                            row.served_s,
-                            row.patches_per_s,
-                            row.cpu_s,
-                            row.peak_rss_mib,
-                            row.patches,
-                            row.gone410,
-                            opt(row.restart_ready_s, 2),
-                            row.restart_patches
-                                .map_or_else(|| "–".to_owned(), |p| p.to_string()),
-                            opt(row.restart_peak_rss_mib, 1),
-                        );
-                        let _ = std::io::stdout().flush();
-                        if let Some(path) = &args.json {
-                            let line = serde_json::to_string(&row).unwrap_or_default();
-                            let appended = std::fs::OpenOptions::new()
-                                .create(true)
-                                .append(true)
-                                .open(path)
-                                .and_then(|mut f| writeln!(f, "{line}"));
-                            if let Err(e) = appended {
-                                eprintln!("warning: cannot append to {}: {e}", path.display());
+                for rep in 1..=args.repeat {
+                    let mut done: Vec<Row> = Vec::new();
+                    for &runner in &runners {
+                        eprintln!("row: {nodes} Nodes, {stack:?}, {mode:?}, {runner:?}, run {rep}");
+                        match run::row(&settings, nodes, stack, mode, runner).await {
+                            Ok(row) => {
+                                print_row(&row, rep);
+                                let _ = std::io::stdout().flush();
+                                if let Some(path) = &args.json {
+                                    let line = serde_json::to_string(&row).unwrap_or_default();
+                                    let appended = std::fs::OpenOptions::new()
+                                        .create(true)
+                                        .append(true)
+                                        .open(path)
+                                        .and_then(|mut f| writeln!(f, "{line}"));
+                                    if let Err(e) = appended {
+                                        eprintln!(
+                                            "warning: cannot append to {}: {e}",
+                                            path.display()
+                                        );
+                                    }
+                                }
+                                done.push(row);
+                            }
+                            Err(e) => {
+                                eprintln!(
+                                    "error: {nodes} Nodes, {stack:?}, {mode:?}, {runner:?}: {e}"
+                                );
+                                failed = true;
                             }
                         }
                     }
-                    Err(e) => {
-                        eprintln!("error: {nodes} Nodes, {stack:?}, {mode:?}: {e}");
-                        failed = true;
+                    if let Some(ours) = done.iter().find(|r| r.runner == Runner::Ours) {
+                        for peer in done.iter().filter(|r| r.runner != Runner::Ours) {
+                            print_ratio(ours, peer);
+                        }
                     }
+                    let _ = std::io::stdout().flush();
                 }
             }
         }

@@ -109,6 +109,8 @@ pub struct Running {
     pub marks: Arc<Marks>,
     /// Where its stderr (and stdout) go.
     pub log: PathBuf,
+    /// How many texts are watched for.
+    pub watched: usize,
 }
 
 impl Running {
@@ -157,7 +159,15 @@ impl Running {
             copy_lines(stdout, file, marks.clone(), watch, start, None);
             None
         };
-        Ok((Running { child, marks, log }, first))
+        Ok((
+            Running {
+                child,
+                marks,
+                log,
+                watched: watch.len(),
+            },
+            first,
+        ))
     }
 
     /// The child's process id.

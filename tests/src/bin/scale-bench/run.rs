@@ -1,6 +1,6 @@
-//! One row of the benchmark: a fresh sandbox with N replicated Nodes, the controller until every
-//! Node is served and the controller is idle, then a restart against the same (now fully
-//! allocated) sandbox.
+//! One row of the benchmark for one runner (ours, kube-controller-manager or the null writer): a
+//! fresh API server with N replicated Nodes, the runner until every Node is served and the runner
+//! is idle, then a restart against the same (now fully allocated) server.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -11,15 +11,15 @@ use kube::Api;
 use kube::api::ListParams;
 use serde::Serialize;
 
-use crate::http::{self, Summary};
+use crate::http;
+use crate::null_writer;
 use crate::process::{self, Running, Usage};
+use crate::server::{Server, ServerKind, Setup};
 
 /// The controller's log line after its first complete list (informer).
 const LISTED: &str = "listed Nodes; watching";
 /// The controller's log line once every existing podCIDR is occupied: it allocates from now on.
 const OCCUPIED: &str = "start-up occupy done";
-/// The controller's log lines the benchmark time-stamps.
-const MARKS: &[&str] = &[LISTED, OCCUPIED];
 
 /// IPv4 only, or dual-stack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -32,7 +32,8 @@ pub enum Stack {
 }
 
 impl Stack {
-    fn cluster_cidr(self) -> &'static str {
+    /// `--cluster-cidr` of every runner.
+    pub fn cluster_cidr(self) -> &'static str {
         match self {
             Stack::Single => "10.0.0.0/8",
             Stack::Dual => "10.0.0.0/8,fd00::/48",
@@ -52,6 +53,44 @@ pub enum Mode {
     Latency,
 }
 
+/// Who allocates in a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Runner {
+    /// Our release `nodeipam-controller`.
+    Ours,
+    /// The pinned kube-controller-manager (`$NODEIPAM_UPSTREAM_BIN/kube-controller-manager`) with
+    /// only its node IPAM controller, `--cidr-allocator-type=RangeAllocator`.
+    Kcm,
+    /// The null writer (`scale-bench null-writer`): PATCHes answers known in advance.
+    Null,
+}
+
+/// kube-controller-manager's log line once its range allocator has listed every Node and
+/// occupied their podCIDRs (`rangeAllocator.Run`, `pkg/controller/nodeipam/ipam/range_allocator.go`).
+const KCM_READY: &str = "Starting range CIDR allocator";
+const OURS_MARKS: &[&str] = &[LISTED, OCCUPIED];
+const KCM_MARKS: &[&str] = &[KCM_READY];
+const NULL_MARKS: &[&str] = &[null_writer::READY];
+
+impl Runner {
+    fn marks(self) -> &'static [&'static str] {
+        match self {
+            Runner::Ours => OURS_MARKS,
+            Runner::Kcm => KCM_MARKS,
+            Runner::Null => NULL_MARKS,
+        }
+    }
+
+    fn ready_mark(self) -> &'static str {
+        match self {
+            Runner::Ours => OCCUPIED,
+            Runner::Kcm => KCM_READY,
+            Runner::Null => null_writer::READY,
+        }
+    }
+}
+
 /// What is measured, and how.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -59,8 +98,16 @@ pub struct Settings {
     pub controller: PathBuf,
     /// The release `sandbox-apiserver`.
     pub sandbox: PathBuf,
+    /// The pinned `kube-controller-manager` (only needed with [`Runner::Kcm`]).
+    pub kcm: PathBuf,
+    /// This benchmark's own binary (the null writer is its `null-writer` subcommand).
+    pub bench: PathBuf,
     /// NodeList file whose `items[1]` is replicated.
     pub fixture: PathBuf,
+    /// Which API server.
+    pub server: ServerKind,
+    /// `--node-cidr-mask-size` of every runner (`None`: the defaults, /24 and /64).
+    pub node_cidr_mask_size: Option<u8>,
     /// Logs go here.
     pub out_dir: PathBuf,
     /// Delay of every API response in [`Mode::Latency`] rows, milliseconds.
@@ -83,13 +130,19 @@ pub struct Settings {
     pub usage_series: bool,
 }
 
-/// One row's figures. Times are seconds from the controller's exec.
+/// One row's figures. Times are seconds from the runner's exec.
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
+    /// Who allocated.
+    pub runner: Runner,
+    /// Which API server.
+    pub server: ServerKind,
     /// Nodes.
     pub nodes: usize,
     /// Stack.
     pub stack: Stack,
+    /// Node CIDR mask size given (`None`: the defaults).
+    pub node_cidr_mask_size: Option<u8>,
     /// Mode.
     pub mode: Mode,
     /// Response delay, milliseconds.
@@ -98,46 +151,60 @@ pub struct Row {
     pub leader_elect: bool,
     /// 1-minute load average before the row.
     pub load_before: f64,
-    /// The first complete list is in the cache.
+    /// Real server: start-up and Node creation (before the timed part).
+    pub setup: Option<Setup>,
+    /// Null writer: LIST + `plan` + answers file (before the timed part), seconds.
+    pub prepare_s: Option<f64>,
+    /// The first complete list is in the cache (ours only).
     pub listed_s: Option<f64>,
-    /// Start-up occupy done: allocating.
+    /// Ready: ours' start-up occupy done, kcm's `Starting range CIDR allocator`, the null
+    /// writer's answers loaded.
     pub ready_s: Option<f64>,
-    /// Every Node has podCIDRs (sandbox summary, polled every 20 ms).
+    /// Every Node has podCIDRs (sandbox summary polled every 20 ms; real server: the bench's own
+    /// watch).
     pub served_s: f64,
     /// PATCHes per second between ready and served.
     pub patches_per_s: f64,
-    /// Controller CPU (user + system) when it went idle after serving every Node.
+    /// Runner CPU (user + system) when it went idle after serving every Node.
     pub cpu_s: f64,
-    /// Controller peak RSS (VmHWM) when idle, MiB.
+    /// Runner peak RSS (VmHWM) when idle, MiB.
     pub peak_rss_mib: f64,
-    /// Controller RSS when idle, MiB.
+    /// Runner RSS when idle, MiB.
     pub idle_rss_mib: f64,
     /// Anonymous part of the idle RSS (heap, stacks), MiB.
     pub idle_rss_anon_mib: f64,
     /// File-backed part of the idle RSS (binary, libraries), MiB.
     pub idle_rss_file_mib: f64,
-    /// Controller peak RSS including its shutdown (the last VmHWM before it exited), MiB.
+    /// Runner peak RSS including its shutdown (the last VmHWM before it exited), MiB.
     pub exit_peak_rss_mib: f64,
-    /// Sandbox counters after the first run.
+    /// Node PATCHes during the first run.
     pub patches: u64,
     /// Node LIST requests (pages).
     pub lists: u64,
     /// Node WATCH requests.
     pub watches: u64,
+    /// Node GETs (real server only).
+    pub gets: u64,
     /// 410 answers on Node lists/watches.
     pub gone410: u64,
     /// Distinct podCIDRs found by the final LIST (if verified).
     pub distinct_pod_cidrs: Option<usize>,
     /// The restart: time to ready.
     pub restart_ready_s: Option<f64>,
-    /// PATCHes the restarted controller sent (must be 0).
+    /// PATCHes the restarted runner sent (must be 0).
     pub restart_patches: Option<u64>,
-    /// Restarted controller's CPU when idle.
+    /// Restarted runner's CPU when idle.
     pub restart_cpu_s: Option<f64>,
-    /// Restarted controller's peak RSS, MiB.
+    /// Restarted runner's peak RSS, MiB.
     pub restart_peak_rss_mib: Option<f64>,
-    /// Sandbox peak RSS, MiB.
+    /// Peak RSS of the sandbox or of kube-apiserver, MiB.
     pub sandbox_peak_rss_mib: f64,
+    /// Peak RSS of etcd (real server), MiB.
+    pub etcd_peak_rss_mib: Option<f64>,
+    /// CPU the sandbox or kube-apiserver used during the first run (exec to idle), seconds.
+    pub server_cpu_s: f64,
+    /// CPU etcd used during the first run (real server), seconds.
+    pub etcd_cpu_s: Option<f64>,
 }
 
 fn mib(bytes: u64) -> f64 {
@@ -148,15 +215,16 @@ fn elapsed_s(at: Option<Duration>) -> Option<f64> {
     at.map(|d| d.as_secs_f64())
 }
 
-/// Runs one row.
+/// Runs one row for one runner, on a fresh server.
 ///
 /// # Errors
-/// A process that would not start, a phase past its timeout, or a controller that exited early.
+/// A process that would not start, a phase past its timeout, or a runner that exited early.
 pub async fn row(
     settings: &Settings,
     nodes: usize,
     stack: Stack,
     mode: Mode,
+    runner: Runner,
 ) -> Result<Row, String> {
     let ticks = process::clock_ticks();
     let latency_ms = if mode == Mode::Latency {
@@ -164,97 +232,102 @@ pub async fn row(
     } else {
         0
     };
-    let tag = format!("n{nodes}-{stack:?}-{mode:?}").to_lowercase();
+    if runner != Runner::Ours && mode == Mode::Default {
+        return Err("the 20/30 rows are ours only (kcm and the null writer run unlimited)".into());
+    }
+    if settings.server == ServerKind::Real && mode == Mode::Latency {
+        return Err("injected latency needs the sandbox (--server sandbox)".into());
+    }
+    let tag = format!(
+        "n{nodes}-{stack:?}-{mode:?}-{:?}-{runner:?}",
+        settings.server
+    )
+    .to_lowercase();
     std::fs::create_dir_all(&settings.out_dir)
         .map_err(|e| format!("{}: {e}", settings.out_dir.display()))?;
     let load_before = process::load_average();
 
-    let sandbox_args: Vec<String> = [
-        "--listen",
-        "127.0.0.1:0",
-        "--admin",
-        "--request-log-size",
-        "1000",
-        "--history-limit",
-        &settings.history_limit.to_string(),
-        "--delay-ms",
-        &latency_ms.to_string(),
-        "--replicate",
-        &format!("{}:1:{nodes}", settings.fixture.display()),
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
-    let (sandbox, line) = Running::spawn(
-        &settings.sandbox,
-        &sandbox_args,
-        &[],
-        settings.out_dir.join(format!("{tag}-sandbox.log")),
-        &[],
-        Instant::now(),
-        true,
-    )?;
-    let url = line
-        .as_deref()
-        .and_then(|l| l.split_whitespace().find(|w| w.starts_with("http://")))
-        .ok_or_else(|| format!("sandbox printed no URL: {line:?}"))?
-        .to_owned();
-    let api = http::client(&url)?;
-    let before = http::summary(&api).await?;
-    if before.nodes != nodes || before.nodes_with_pod_cidrs != 0 {
-        return Err(format!(
-            "sandbox loaded {before:?}, wanted {nodes} Nodes without podCIDRs"
-        ));
-    }
+    let (server, setup) = match settings.server {
+        ServerKind::Sandbox => (
+            Server::sandbox(
+                &settings.sandbox,
+                &settings.fixture,
+                nodes,
+                latency_ms,
+                settings.history_limit,
+                settings.out_dir.join(format!("{tag}-sandbox.log")),
+            )
+            .await?,
+            None,
+        ),
+        ServerKind::Real => {
+            let (server, setup) = Server::real(&settings.fixture, nodes).await?;
+            eprintln!(
+                "  {tag}: real server up in {:.1} s, {nodes} Nodes created in {:.1} s",
+                setup.start_s, setup.create_s
+            );
+            (server, Some(setup))
+        }
+    };
+    let prepared = Instant::now();
+    let answers = if runner == Runner::Null {
+        Some(prepare_answers(settings, &server, stack, &tag).await?)
+    } else {
+        None
+    };
+    let prepare_s = answers.as_ref().map(|_| prepared.elapsed().as_secs_f64());
+    server.start_counting().await?;
+    let before = server.counters().await?;
+    let (server_before, etcd_before) = server.usage(ticks);
 
-    let first = controller_run(
+    let first = runner_run(
         settings,
-        &url,
+        &server,
+        runner,
+        answers.as_deref(),
         stack,
         mode,
         &tag,
         "first",
         ticks,
-        &api,
-        |s| s.nodes_with_pod_cidrs >= nodes,
+        Some(nodes),
     )
     .await?;
-    let after_first = http::summary(&api).await?;
+    let after_first = server.counters().await?.since(before);
+    let (server_after, etcd_after) = server.usage(ticks);
+    server.stop_counting();
     let distinct = if settings.verify {
-        Some(distinct_pod_cidrs(&api, nodes, stack).await?)
+        Some(distinct_pod_cidrs(server.api(), nodes, stack).await?)
     } else {
         None
     };
-    let restart = if settings.restart {
-        let patches_before = http::summary(&api).await?.patches;
-        let restart = controller_run(
-            settings,
-            &url,
-            stack,
-            mode,
-            &tag,
-            "restart",
-            ticks,
-            &api,
-            |_| true,
+    let restart = if settings.restart && runner != Runner::Null {
+        let patches_before = server.counters().await?.patches;
+        let restart = runner_run(
+            settings, &server, runner, None, stack, mode, &tag, "restart", ticks, None,
         )
         .await?;
-        let patches_after = http::summary(&api).await?.patches;
+        let patches_after = server.counters().await?.patches;
         Some((restart, patches_after - patches_before))
     } else {
         None
     };
-    let sandbox_usage = process::usage(sandbox.pid(), ticks).unwrap_or_default();
-    let _ = sandbox.terminate(Duration::from_secs(10), ticks);
+    let (server_usage, etcd_usage) = server.usage(ticks);
+    server.stop(ticks);
 
     let serving = first.served - first.ready.unwrap_or_default().as_secs_f64();
     Ok(Row {
+        runner,
+        server: settings.server,
         nodes,
         stack,
+        node_cidr_mask_size: settings.node_cidr_mask_size,
         mode,
         latency_ms,
         leader_elect: settings.leader_elect,
         load_before,
+        setup,
+        prepare_s,
         listed_s: elapsed_s(first.listed),
         ready_s: elapsed_s(first.ready),
         served_s: first.served,
@@ -272,21 +345,111 @@ pub async fn row(
         patches: after_first.patches,
         lists: after_first.lists,
         watches: after_first.watches,
+        gets: after_first.gets,
         gone410: after_first.gone410,
         distinct_pod_cidrs: distinct,
         restart_ready_s: restart.as_ref().and_then(|(r, _)| elapsed_s(r.ready)),
         restart_patches: restart.as_ref().map(|(_, p)| *p),
         restart_cpu_s: restart.as_ref().map(|(r, _)| r.idle.cpu_s),
         restart_peak_rss_mib: restart.as_ref().map(|(r, _)| mib(r.idle.peak_rss)),
-        sandbox_peak_rss_mib: mib(sandbox_usage.peak_rss),
+        sandbox_peak_rss_mib: mib(server_usage.peak_rss),
+        etcd_peak_rss_mib: etcd_usage.map(|u| mib(u.peak_rss)),
+        server_cpu_s: server_after.cpu_s - server_before.cpu_s,
+        etcd_cpu_s: etcd_after
+            .zip(etcd_before)
+            .map(|(after, before)| after.cpu_s - before.cpu_s),
     })
 }
 
-/// What one controller process did.
+/// The null writer's answers, before the timed part: every Node's name and uid (paged LIST, 500
+/// a page) into a slim NodeList, `nodeipam-controller plan -o json` over it with the row's flags,
+/// then `name uid podCIDR[,podCIDR]` lines. Returns the answers file.
+async fn prepare_answers(
+    settings: &Settings,
+    server: &Server,
+    stack: Stack,
+    tag: &str,
+) -> Result<PathBuf, String> {
+    let all: Api<Node> = Api::all(server.api().clone());
+    let mut params = ListParams::default().limit(500);
+    let mut items = Vec::new();
+    let mut uids = Vec::new();
+    loop {
+        let page = all.list(&params).await.map_err(|e| format!("LIST: {e}"))?;
+        for node in page.items {
+            let name = node.metadata.name.unwrap_or_default();
+            let uid = node.metadata.uid.unwrap_or_default();
+            items.push(serde_json::json!({"metadata": {"name": name, "uid": uid}}));
+            uids.push(uid);
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params.continue_token = Some(token),
+            None => break,
+        }
+    }
+    let list_path = settings.out_dir.join(format!("{tag}-nodes.json"));
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "NodeList", "items": items});
+    std::fs::write(&list_path, list.to_string())
+        .map_err(|e| format!("{}: {e}", list_path.display()))?;
+    let mut plan = std::process::Command::new(&settings.controller);
+    plan.arg("plan")
+        .arg(format!("--cluster-cidr={}", stack.cluster_cidr()))
+        .args(["-o", "json"]);
+    if let Some(mask) = settings.node_cidr_mask_size {
+        plan.arg(format!("--node-cidr-mask-size={mask}"));
+    }
+    let output = plan
+        .arg(&list_path)
+        .output()
+        .map_err(|e| format!("{}: {e}", settings.controller.display()))?;
+    let _ = std::fs::remove_file(&list_path);
+    if !output.status.success() {
+        return Err(format!(
+            "plan failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    #[derive(serde::Deserialize)]
+    struct PlanNode {
+        name: String,
+        #[serde(rename = "podCIDRs")]
+        pod_cidrs: Vec<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Plan {
+        nodes: Vec<PlanNode>,
+    }
+    let plan: Plan =
+        serde_json::from_slice(&output.stdout).map_err(|e| format!("plan's JSON: {e}"))?;
+    if plan.nodes.len() != uids.len() {
+        return Err(format!(
+            "plan gave {} Nodes for {} listed",
+            plan.nodes.len(),
+            uids.len()
+        ));
+    }
+    let mut text = String::new();
+    for (node, uid) in plan.nodes.iter().zip(&uids) {
+        if node.pod_cidrs.is_empty() {
+            return Err(format!("plan gave Node {} no podCIDRs", node.name));
+        }
+        text.push_str(&format!(
+            "{} {uid} {}\n",
+            node.name,
+            node.pod_cidrs.join(",")
+        ));
+    }
+    let path = settings.out_dir.join(format!("{tag}-answers.txt"));
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(path)
+}
+
+/// What one runner process did.
 struct ControllerRun {
     listed: Option<Duration>,
     ready: Option<Duration>,
-    /// Seconds until `done` held (after ready).
+    /// Seconds until every Node was served (after ready); 0 when not waited for.
     served: f64,
     /// Usage once idle.
     idle: Usage,
@@ -294,85 +457,174 @@ struct ControllerRun {
     exit: Usage,
 }
 
-/// Starts the controller, waits for ready, then for `done(summary)`, then for its work queue to
-/// be empty and its CPU to stay idle; stops it with SIGTERM.
+/// A kubeconfig for the sandbox's plain-HTTP URL (kube-controller-manager reads one; no user).
+fn sandbox_kubeconfig(path: &std::path::Path, url: &str) -> Result<(), String> {
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: sandbox\n  cluster:\n    server: {url}\nusers:\n- name: anonymous\n  user: {{}}\ncontexts:\n- name: sandbox\n  context:\n    cluster: sandbox\n    user: anonymous\ncurrent-context: sandbox\n"
+    );
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The command line of `runner` against `server`; for ours also its plain metrics port.
 #[allow(clippy::too_many_arguments)]
-async fn controller_run(
+fn command_line(
     settings: &Settings,
-    url: &str,
+    server: &Server,
+    runner: Runner,
+    answers: Option<&std::path::Path>,
+    stack: Stack,
+    mode: Mode,
+    tag: &str,
+    phase: &str,
+) -> Result<(PathBuf, Vec<String>, Option<u16>), String> {
+    let unlimited = mode != Mode::Default;
+    match runner {
+        Runner::Ours => {
+            let metrics_port = process::free_port()?;
+            let health_port = process::free_port()?;
+            let mut args = vec![
+                server.connect_flag(),
+                format!("--cluster-cidr={}", stack.cluster_cidr()),
+                format!("--leader-elect={}", settings.leader_elect),
+                format!("--metrics-bind-address=127.0.0.1:{metrics_port}"),
+                format!("--health-probe-bind-address=127.0.0.1:{health_port}"),
+                // The plain health/metrics ports above are what the bench reads; kcm's secure
+                // port (10257 by default) would make a run fail whenever something else holds it.
+                "--secure-port=0".to_owned(),
+            ];
+            if let Some(mask) = settings.node_cidr_mask_size {
+                args.push(format!("--node-cidr-mask-size={mask}"));
+            }
+            if unlimited {
+                args.push("--kube-api-qps=100000".to_owned());
+                args.push("--kube-api-burst=100000".to_owned());
+            }
+            args.extend(settings.controller_args.iter().cloned());
+            Ok((settings.controller.clone(), args, Some(metrics_port)))
+        }
+        Runner::Kcm => {
+            let kubeconfig = match server {
+                Server::Sandbox { url, .. } => {
+                    let path = settings.out_dir.join(format!("{tag}-kcm.kubeconfig"));
+                    sandbox_kubeconfig(&path, url)?;
+                    path
+                }
+                Server::Real { kubeconfig, .. } => kubeconfig.clone(),
+            };
+            // The minimal working set (see BENCHMARKS.md): only the node IPAM controller, no
+            // serving (its secure port needs a free 10257 and delegated authentication),
+            // leader election as ours; no cloud provider flag is needed.
+            let mut args = vec![
+                format!("--kubeconfig={}", kubeconfig.display()),
+                "--controllers=nodeipam".to_owned(),
+                "--allocate-node-cidrs=true".to_owned(),
+                "--cidr-allocator-type=RangeAllocator".to_owned(),
+                format!("--cluster-cidr={}", stack.cluster_cidr()),
+                format!("--leader-elect={}", settings.leader_elect),
+                // kcm does not give its Lease back on SIGTERM: a restart under the same name
+                // would wait out the 15 s lease duration first. Ours releases it.
+                format!("--leader-elect-resource-name=kube-controller-manager-{phase}"),
+                "--secure-port=0".to_owned(),
+                "--kube-api-qps=100000".to_owned(),
+                "--kube-api-burst=100000".to_owned(),
+            ];
+            if let Some(mask) = settings.node_cidr_mask_size {
+                args.push(format!("--node-cidr-mask-size={mask}"));
+            }
+            if matches!(server, Server::Sandbox { .. }) {
+                // The sandbox speaks JSON only; kcm's default is protobuf.
+                args.push("--kube-api-content-type=application/json".to_owned());
+            }
+            Ok((settings.kcm.clone(), args, None))
+        }
+        Runner::Null => {
+            let answers = answers.ok_or("the null writer needs its answers")?;
+            let args = vec![
+                "null-writer".to_owned(),
+                server.connect_flag(),
+                format!("--answers={}", answers.display()),
+                "--workers=30".to_owned(),
+            ];
+            Ok((settings.bench.clone(), args, None))
+        }
+    }
+}
+
+/// Starts `runner`, waits for its ready mark, then (if `nodes`) for every Node to be served, then
+/// for it to be idle (ours: work queue empty; every runner: < 0.02 CPU s over 1 s); stops it with
+/// SIGTERM.
+#[allow(clippy::too_many_arguments)]
+async fn runner_run(
+    settings: &Settings,
+    server: &Server,
+    runner: Runner,
+    answers: Option<&std::path::Path>,
     stack: Stack,
     mode: Mode,
     tag: &str,
     phase: &str,
     ticks: f64,
-    api: &kube::Client,
-    done: impl Fn(&Summary) -> bool,
+    nodes: Option<usize>,
 ) -> Result<ControllerRun, String> {
-    let metrics_port = process::free_port()?;
-    let health_port = process::free_port()?;
-    let mut args = vec![
-        format!("--master={url}"),
-        format!("--cluster-cidr={}", stack.cluster_cidr()),
-        format!("--leader-elect={}", settings.leader_elect),
-        format!("--metrics-bind-address=127.0.0.1:{metrics_port}"),
-        format!("--health-probe-bind-address=127.0.0.1:{health_port}"),
-        // The plain health/metrics ports above are what the bench reads; kcm's secure port
-        // (10257 by default) would make a run fail whenever something else holds it.
-        "--secure-port=0".to_owned(),
-    ];
-    if mode != Mode::Default {
-        args.push("--kube-api-qps=100000".to_owned());
-        args.push("--kube-api-burst=100000".to_owned());
-    }
-    args.extend(settings.controller_args.iter().cloned());
-    let env: Vec<(&str, &str)> = settings
-        .controller_env
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
+    let (program, args, metrics_port) =
+        command_line(settings, server, runner, answers, stack, mode, tag, phase)?;
+    let env: Vec<(&str, &str)> = if runner == Runner::Ours {
+        settings
+            .controller_env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect()
+    } else {
+        Vec::new()
+    };
     let start = Instant::now();
     let (mut controller, _) = Running::spawn(
-        &settings.controller,
+        &program,
         &args,
         &env,
-        settings
-            .out_dir
-            .join(format!("{tag}-controller-{phase}.log")),
-        MARKS,
+        settings.out_dir.join(format!("{tag}-{phase}.log")),
+        runner.marks(),
         start,
         false,
     )?;
     let pid = controller.pid();
     if settings.usage_series {
-        let path = settings
-            .out_dir
-            .join(format!("{tag}-controller-{phase}.usage.tsv"));
+        let path = settings.out_dir.join(format!("{tag}-{phase}.usage.tsv"));
         std::thread::spawn(move || write_usage_series(pid, ticks, start, &path));
     }
     let deadline = start + settings.timeout;
-    let metrics = http::client(&format!("http://127.0.0.1:{metrics_port}"))?;
+    let metrics = match metrics_port {
+        Some(port) => Some(http::client(&format!("http://127.0.0.1:{port}"))?),
+        None => None,
+    };
 
-    // Ready: the start-up occupy is done.
-    while controller.marks.get(OCCUPIED).is_none() {
+    let ready_mark = runner.ready_mark();
+    while controller.marks.get(ready_mark).is_none() {
         check_alive(&mut controller, deadline, "ready")?;
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    // Served.
-    let served = loop {
-        check_alive(&mut controller, deadline, "every Node served")?;
-        let summary = http::summary(api).await?;
-        if done(&summary) {
-            break start.elapsed().as_secs_f64();
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    let served = match nodes {
+        Some(nodes) => loop {
+            check_alive(&mut controller, deadline, "every Node served")?;
+            if server.served().await? >= nodes {
+                break start.elapsed().as_secs_f64();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        },
+        None => 0.0,
     };
     // Idle: nothing queued, and no CPU used over 1 s (its own watch events are consumed too).
     loop {
         check_alive(&mut controller, deadline, "idle")?;
-        let text = http::get_text(&metrics, "/metrics")
-            .await
-            .unwrap_or_default();
-        let depth = http::metric(&text, "node_ipam_controller_workqueue_depth");
+        let depth = match &metrics {
+            Some(metrics) => {
+                let text = http::get_text(metrics, "/metrics")
+                    .await
+                    .unwrap_or_default();
+                http::metric(&text, "node_ipam_controller_workqueue_depth")
+            }
+            None => None,
+        };
         let before = process::usage(pid, ticks).unwrap_or_default();
         tokio::time::sleep(Duration::from_secs(1)).await;
         let after = process::usage(pid, ticks).unwrap_or_default();
@@ -380,14 +632,14 @@ async fn controller_run(
             break;
         }
     }
-    let idle = process::usage(pid, ticks).ok_or("the controller is gone")?;
+    let idle = process::usage(pid, ticks).ok_or("the runner is gone")?;
     let marks = controller.marks.clone();
     let log = controller.log.clone();
     let (status, exit) = controller.terminate(Duration::from_secs(30), ticks);
     let exit = exit.unwrap_or(idle);
     eprintln!(
         "  {tag} {phase}: ready {:?}, served {served:.2} s, idle: CPU {:.2} s, VmHWM {:.1} MiB, RSS {:.1} MiB (anon {:.1}, file {:.1}); VmHWM at exit {:.1} MiB; exit: {status}; log {}",
-        marks.get(OCCUPIED),
+        marks.get(ready_mark),
         idle.cpu_s,
         mib(idle.peak_rss),
         mib(idle.rss),
@@ -398,7 +650,7 @@ async fn controller_run(
     );
     Ok(ControllerRun {
         listed: marks.get(LISTED),
-        ready: marks.get(OCCUPIED),
+        ready: marks.get(ready_mark),
         served,
         idle,
         exit,
@@ -438,7 +690,7 @@ fn check_alive(controller: &mut Running, deadline: Instant, phase: &str) -> Resu
         return Err(format!(
             "timed out waiting for {phase} ({} of {} marks seen); see {}",
             controller.marks.count(),
-            MARKS.len(),
+            controller.watched,
             controller.log.display()
         ));
     }
