@@ -2012,14 +2012,11 @@ async fn watch_error_fault_ends_a_watch_with_one_error_event() {
 
 /// The real kube-apiserver can end a watch with an `ERROR` event that is not 410: without the
 /// watch cache, a watch starting exactly at etcd's compaction revision gets `500 InternalError`
-/// "etcd event received with PrevKv=nil" (tests/FIDELITY.md). client-go's reflector then ends
-/// `ListAndWatch` and lists again after its backoff; the informer (`controller/informer.rs`, the
-/// `WatchEvent::Error(status)` arm) re-opens the watch from the same resourceVersion at once, so
-/// on the real server it meets the same error again until a compaction turns it into a 410.
-/// Ignored: it fails until the informer lists again after such an event (reported to the lead;
-/// `shell/src` is being refactored). Run it with `--ignored`.
+/// "etcd event received with PrevKv=nil" (tests/FIDELITY.md). Like client-go's reflector (the
+/// error ends `ListAndWatch`, which runs again after its backoff), the informer lists again after
+/// a backoff; before the fix it re-opened the watch from the same resourceVersion at once and, on
+/// the real server, met the same error again until a compaction turned it into a 410.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails until controller/informer.rs lists again after a watch ERROR event that is not 410 (tests/FIDELITY.md)"]
 async fn informer_lists_again_after_a_watch_error_event_that_is_not_410() {
     use nodeipam::controller::informer::{self, InformerSettings, NodeCache, Outputs, SyncState};
     use nodeipam::controller::{InitialList, WorkQueue, window::WriteWindow};

@@ -17,6 +17,9 @@
 //!
 //! On `410 Gone` (the watch fell behind the server's history) the informer re-lists and queues
 //! every Node that was or is listed (level-triggered: a reconcile of an unchanged Node is a no-op).
+//! Any other watch `ERROR` event also ends in a re-list, after a backoff (client-go's reflector:
+//! the error ends `ListAndWatch`, which runs again after its backoff); a watch that merely ends or
+//! goes silent is re-opened from the last resourceVersion.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -359,8 +362,18 @@ pub async fn run(
                         continue 'relist;
                     }
                     Ok(Some(Ok(WatchEvent::Error(status)))) => {
-                        tracing::warn!(code = status.code, message = %status.message, "the Node watch reported an error; watching again");
-                        break;
+                        // Not 410: the server could not go on from this resourceVersion (a real
+                        // kube-apiserver without its watch cache answers a watch from exactly
+                        // etcd's compaction revision with 500 "PrevKv=nil", again on every
+                        // re-open). Watching again from the same version would loop; like
+                        // client-go's reflector (the error ends ListAndWatch, BackoffUntil calls
+                        // it again), list again after a backoff.
+                        let wait = delay.next();
+                        tracing::warn!(code = status.code, message = %status.message, retry_in = ?wait, "the Node watch reported an error; listing again");
+                        if sleep_or_stop(wait, &mut stop).await {
+                            return;
+                        }
+                        continue 'relist;
                     }
                     Ok(Some(Err(error))) => {
                         if is_client_broken(&error) {
