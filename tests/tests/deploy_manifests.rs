@@ -2,8 +2,11 @@
 //! every document deserialises into its k8s-openapi type (or, for the Prometheus Operator's
 //! CRDs, a strict schema of the fields we use) without losing a field; the Deployment is the
 //! hardened, leader-elected, secure-port-only one the operator guide describes, and its
-//! arguments parse with the controller's real command line; alerts use metric names the
-//! controller exports.
+//! arguments parse with the controller's real command line; alerts and the Grafana dashboard's
+//! queries use metric names the controller exports.
+//!
+//! With `NODEIPAM_MANIFESTS=chart` every test here reads the Helm chart's render instead
+//! (`deploy/mod.rs`); `.ci/run` runs them both ways.
 #![allow(clippy::unwrap_used)]
 
 mod deploy;
@@ -13,7 +16,7 @@ use std::collections::BTreeSet;
 use clap::Parser as _;
 use deploy::{named, of_kind, rendered, round_trip};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -104,6 +107,7 @@ fn check_types(docs: &[Value]) -> BTreeSet<String> {
         match (doc["apiVersion"].as_str().unwrap(), kind.as_str()) {
             ("v1", "ServiceAccount") => drop(round_trip::<ServiceAccount>(doc)),
             ("v1", "Service") => drop(round_trip::<Service>(doc)),
+            ("v1", "ConfigMap") => drop(round_trip::<ConfigMap>(doc)),
             ("apps/v1", "Deployment") => drop(round_trip::<Deployment>(doc)),
             ("policy/v1", "PodDisruptionBudget") => drop(round_trip::<PodDisruptionBudget>(doc)),
             ("rbac.authorization.k8s.io/v1", "ClusterRole") => {
@@ -147,7 +151,7 @@ fn every_manifest_deserialises_into_its_type() {
     assert_eq!(kinds, want);
     let overlay = rendered("overlays/prometheus");
     let kinds = check_types(&overlay);
-    for extra in ["Service", "ServiceMonitor", "PrometheusRule"] {
+    for extra in ["Service", "ServiceMonitor", "PrometheusRule", "ConfigMap"] {
         assert!(kinds.contains(extra), "{extra} in the Prometheus overlay");
     }
     assert!(
@@ -368,6 +372,134 @@ fn alerts_cover_usage_exhaustion_and_patch_failures_with_real_metric_names() {
         }
         assert!(alert.labels.contains_key("severity"), "{}", alert.alert);
         assert!(alert.annotations.contains_key("summary"), "{}", alert.alert);
+    }
+}
+
+/// The metric names every selector of a PromQL expression names, parsed by a PromQL parser (so a
+/// query that is not valid PromQL fails too). Grafana's interval variables are replaced by a
+/// duration first; any other `$variable` fails.
+fn selector_names(expr: &str) -> Vec<String> {
+    fn walk(expr: &promql_parser::parser::Expr, out: &mut Vec<String>) {
+        use promql_parser::parser::Expr;
+        match expr {
+            Expr::VectorSelector(vs) => out.push(vs.name.clone().unwrap_or_default()),
+            Expr::MatrixSelector(ms) => out.push(ms.vs.name.clone().unwrap_or_default()),
+            Expr::Aggregate(a) => {
+                walk(&a.expr, out);
+                if let Some(param) = &a.param {
+                    walk(param, out);
+                }
+            }
+            Expr::Unary(u) => walk(&u.expr, out),
+            Expr::Binary(b) => {
+                walk(&b.lhs, out);
+                walk(&b.rhs, out);
+            }
+            Expr::Paren(p) => walk(&p.expr, out),
+            Expr::Subquery(q) => walk(&q.expr, out),
+            Expr::Call(c) => c.args.args.iter().for_each(|arg| walk(arg, out)),
+            Expr::NumberLiteral(_) | Expr::StringLiteral(_) => {}
+            Expr::Extension(_) => panic!("{expr:?}: not PromQL"),
+        }
+    }
+    let substituted = expr
+        .replace("$__rate_interval", "5m")
+        .replace("$__interval", "1m");
+    assert!(
+        !substituted.contains('$'),
+        "{expr}: a Grafana variable the dashboard does not define"
+    );
+    let parsed = promql_parser::parser::parse(&substituted)
+        .unwrap_or_else(|e| panic!("{expr}: not valid PromQL: {e}"));
+    let mut names = Vec::new();
+    walk(&parsed, &mut names);
+    names
+}
+
+/// The Grafana dashboard (issue 21): the Prometheus overlay's (and the chart's) ConfigMap for
+/// Grafana's sidecar holds the committed JSON — one file, copied byte for byte into the chart —;
+/// every panel query is valid PromQL whose every selector names a metric the controller exports
+/// (shell/src/metric_names.rs; a histogram's `_bucket`/`_sum`/`_count` series count as its name);
+/// and the panels cover pool usage, allocations and releases, PATCH errors, the work queue, the
+/// write rate limiter and the leader.
+#[test]
+fn the_dashboard_queries_only_metrics_the_controller_exports() {
+    use nodeipam::metric_names as m;
+    let docs = rendered("overlays/prometheus");
+    let config_map: ConfigMap =
+        round_trip(named(&docs, "ConfigMap", "nodeipam-controller-dashboard"));
+    assert_eq!(
+        config_map
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .get("grafana_dashboard")
+            .map(String::as_str),
+        Some("1"),
+        "the label Grafana's dashboard sidecar looks for"
+    );
+    let data = config_map.data.unwrap_or_default();
+    let text = data.get("nodeipam.json").expect("data key nodeipam.json");
+    for copy in [
+        "deploy/components/prometheus/grafana-dashboard.json",
+        "charts/nodeipam/dashboards/nodeipam.json",
+    ] {
+        let committed = std::fs::read_to_string(deploy::repo_root().join(copy)).unwrap();
+        assert_eq!(
+            &committed, text,
+            "{copy} is the dashboard the ConfigMap holds"
+        );
+    }
+    let dashboard: Value = serde_json::from_str(text).expect("the dashboard is JSON");
+    let exported = string_consts("metric_names.rs", &["LABEL_"]);
+    let is_exported = |name: &str| {
+        exported.iter().any(|e| e == name)
+            || ["_bucket", "_sum", "_count"].iter().any(|suffix| {
+                name.strip_suffix(suffix)
+                    .is_some_and(|base| exported.iter().any(|e| e == base))
+            })
+    };
+    let mut used = BTreeSet::new();
+    let mut ids = BTreeSet::new();
+    let panels = dashboard["panels"].as_array().expect("panels");
+    for panel in panels {
+        let title = panel["title"].as_str().unwrap();
+        assert!(ids.insert(panel["id"].as_u64().unwrap()), "{title}: id");
+        assert_eq!(panel["datasource"]["uid"], "${datasource}", "{title}");
+        let targets = panel["targets"].as_array().unwrap();
+        assert!(!targets.is_empty(), "{title}: no query");
+        for target in targets {
+            let expr = target["expr"].as_str().unwrap();
+            let names = selector_names(expr);
+            assert!(!names.is_empty(), "{title}: {expr} selects no metric");
+            for name in names {
+                assert!(
+                    is_exported(&name),
+                    "{title}: {expr}: {name:?} is not a metric the controller exports"
+                );
+                used.insert(name);
+            }
+        }
+    }
+    assert!(
+        dashboard["templating"]["list"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["name"] == "datasource" && v["type"] == "datasource"),
+        "the ${{datasource}} variable the panels use"
+    );
+    for wanted in [
+        m::CIDRSET_USAGE_CIDRS,
+        m::CIDRSET_ALLOCATIONS_TOTAL,
+        m::CIDRSET_RELEASES_TOTAL,
+        m::PATCH_FAILURES_TOTAL,
+        m::WORKQUEUE_DEPTH,
+        m::WORKQUEUE_RETRIES_TOTAL,
+        m::RATE_LIMITER_USE,
+        m::LEADER_ELECTION_MASTER_STATUS,
+    ] {
+        assert!(used.contains(wanted), "no panel shows {wanted}");
     }
 }
 

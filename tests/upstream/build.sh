@@ -5,11 +5,17 @@
 #   kube-apiserver, kube-controller-manager   k8s.io/kubernetes (go.mod, the `tool` lines)
 #   every main under cmd/*                    our own small Go programs over upstream packages
 #   etcd                                      go.etcd.io/etcd/server/v3 (etcd/go.mod, etcd/main.go)
+#   helm                                      helm.sh/helm/v3 (helm/go.mod, its `tool` line), for
+#                                             the chart checks (charts/nodeipam, issue 21)
 #
 # into a cache folder keyed by the pinned versions and a hash of everything that goes into the
 # build (go.mod, go.sum, our mains, this script), reused when present:
 #
-#   ${NODEIPAM_UPSTREAM_CACHE:-$HOME/.cache/nodeipam-upstream}/k8s-<version>_etcd-<version>_<hash>
+#   ${NODEIPAM_UPSTREAM_CACHE:-$HOME/.cache/nodeipam-upstream}/k8s-<version>_etcd-<version>_helm-<version>_<hash>
+#
+# A new folder (a changed pin, main or this script) is a new `go build` of everything, but Go's
+# build cache still holds every package whose inputs did not change, so only what changed is
+# compiled again; the rest is linking.
 #
 # Prints that folder as its LAST line on stdout (everything else goes to stderr), so
 #   export NODEIPAM_UPSTREAM_BIN="$(tests/upstream/build.sh | tail -n 1)"
@@ -36,8 +42,9 @@ fi
 pinned() { awk -v m="$1" '$1 == "require" { $0 = substr($0, 9) } $1 == m && $2 ~ /^v/ { print $2; exit }' "$2"; }
 K8S_VERSION="$(pinned k8s.io/kubernetes "$HERE/go.mod")"
 ETCD_VERSION="$(pinned go.etcd.io/etcd/server/v3 "$HERE/etcd/go.mod")"
-if [[ -z "$K8S_VERSION" || -z "$ETCD_VERSION" ]]; then
-    log "cannot read the pinned versions from $HERE/go.mod and $HERE/etcd/go.mod"
+HELM_VERSION="$(pinned helm.sh/helm/v3 "$HERE/helm/go.mod")"
+if [[ -z "$K8S_VERSION" || -z "$ETCD_VERSION" || -z "$HELM_VERSION" ]]; then
+    log "cannot read the pinned versions from $HERE/go.mod, $HERE/etcd/go.mod and $HERE/helm/go.mod"
     exit 1
 fi
 
@@ -48,7 +55,7 @@ INPUTS="$(cd "$HERE" && find . -name '*.go' -o -name 'go.mod' -o -name 'go.sum' 
 HASH="$(cd "$HERE" && { echo "$INPUTS"; cat $INPUTS; "$GO" env GOVERSION GOOS GOARCH; } |
     sha256sum | cut -c1-12)"
 CACHE_ROOT="${NODEIPAM_UPSTREAM_CACHE:-$HOME/.cache/nodeipam-upstream}"
-OUT="$CACHE_ROOT/k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_$HASH"
+OUT="$CACHE_ROOT/k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_helm-${HELM_VERSION}_$HASH"
 
 if [[ -f "$OUT/.complete" ]]; then
     log "reusing $OUT (built $(cat "$OUT/.complete"))"
@@ -60,7 +67,7 @@ mkdir -p "$CACHE_ROOT"
 WORK="$(mktemp -d "$CACHE_ROOT/.build.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 START=$SECONDS
-log "building kube-apiserver, kube-controller-manager ($K8S_VERSION), etcd ($ETCD_VERSION) and cmd/* with $("$GO" version) into $OUT"
+log "building kube-apiserver, kube-controller-manager ($K8S_VERSION), etcd ($ETCD_VERSION), helm ($HELM_VERSION) and cmd/* with $("$GO" version) into $OUT"
 
 export CGO_ENABLED=0 GOFLAGS=-mod=readonly
 # The version the binaries report (/version, --version), as upstream's release build stamps it.
@@ -76,6 +83,13 @@ done
 (cd "$HERE" && "$GO" build -trimpath -ldflags="$LDFLAGS" -o "$WORK/" "${PACKAGES[@]}")
 log "k8s.io/kubernetes and cmd/* built in $((SECONDS - START))s"
 (cd "$HERE/etcd" && "$GO" build -trimpath -ldflags="-s -w" -o "$WORK/etcd" .)
+log "etcd built in $((SECONDS - START))s"
+# `helm version` reports the pinned version, as Helm's own release build (its Makefile) stamps it.
+HELM_START=$SECONDS
+(cd "$HERE/helm" && "$GO" build -trimpath \
+    -ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean" \
+    -o "$WORK/helm" helm.sh/helm/v3/cmd/helm)
+log "helm built in $((SECONDS - HELM_START))s"
 log "all built in $((SECONDS - START))s:"
 ls -l "$WORK" >&2
 

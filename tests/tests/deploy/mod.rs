@@ -2,6 +2,10 @@
 //! operators apply), or — where kubectl is missing and `NODEIPAM_REQUIRE_KUBECTL` is unset — the
 //! files the kustomizations list, read as they are. `.ci/run` sets `NODEIPAM_REQUIRE_KUBECTL=1`,
 //! so CI always checks the rendered form.
+//!
+//! With `NODEIPAM_MANIFESTS=chart` the same tests read the Helm chart (`charts/nodeipam`) instead,
+//! rendered by `helm template` with the values that stand for each kustomization (see
+//! [`rendered`]); `.ci/run` runs the manifest tests both ways.
 #![allow(clippy::unwrap_used, dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -15,8 +19,87 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The documents of the kustomization in `dir` (relative to the repository root).
+/// The `--set` values that make the chart render `overlays/prometheus` (the base plus the
+/// Prometheus component: Service, ServiceMonitor, metrics reader, PrometheusRule, dashboard).
+pub const PROMETHEUS_VALUES: [&str; 6] = [
+    "--set",
+    "prometheus.serviceMonitor.enabled=true",
+    "--set",
+    "prometheus.rule.enabled=true",
+    "--set",
+    "grafanaDashboard.enabled=true",
+];
+
+/// The documents the tests check for `dir` (`deploy` or `overlays/prometheus`): the kustomization
+/// rendered ([`kustomized`]), or with `NODEIPAM_MANIFESTS=chart` the chart rendered in
+/// `kube-system` with its default values (`deploy`) or [`PROMETHEUS_VALUES`]
+/// (`overlays/prometheus`).
 pub fn rendered(dir: &str) -> Vec<Value> {
+    if std::env::var("NODEIPAM_MANIFESTS").as_deref() != Ok("chart") {
+        return kustomized(dir);
+    }
+    let values: &[&str] = match dir {
+        "deploy" => &[],
+        "overlays/prometheus" => &PROMETHEUS_VALUES,
+        other => panic!("NODEIPAM_MANIFESTS=chart: no chart values stand for {other}"),
+    };
+    match helm_template(values) {
+        Some(Ok(docs)) => docs,
+        Some(Err(e)) => panic!("helm template failed: {e}"),
+        None => panic!("NODEIPAM_MANIFESTS=chart, but helm cannot run ({HELM_HINT})"),
+    }
+}
+
+/// Where [`helm`] looks.
+pub const HELM_HINT: &str = "set NODEIPAM_HELM, or NODEIPAM_UPSTREAM_BIN to tests/upstream/build.sh's folder, which holds helm";
+
+/// The Helm CLI: `$NODEIPAM_HELM`, else `helm` in `$NODEIPAM_UPSTREAM_BIN` (tests/upstream/build.sh
+/// builds the pinned one there), else `helm` on PATH; the first that answers `helm version`.
+/// `None` if none does; a panic instead if `NODEIPAM_REQUIRE_HELM` is set (CI).
+pub fn helm() -> Option<PathBuf> {
+    let mut candidates = Vec::new();
+    if let Some(path) = std::env::var_os("NODEIPAM_HELM") {
+        candidates.push(PathBuf::from(path));
+    }
+    if let Some(dir) = std::env::var_os("NODEIPAM_UPSTREAM_BIN") {
+        candidates.push(PathBuf::from(dir).join("helm"));
+    }
+    candidates.push(PathBuf::from("helm"));
+    let found = candidates.into_iter().find(|helm| {
+        Command::new(helm)
+            .args(["version", "--short"])
+            .output()
+            .is_ok_and(|out| out.status.success())
+    });
+    assert!(
+        found.is_some() || std::env::var_os("NODEIPAM_REQUIRE_HELM").is_none(),
+        "NODEIPAM_REQUIRE_HELM is set but helm cannot run ({HELM_HINT})"
+    );
+    found
+}
+
+/// `helm template nodeipam charts/nodeipam --namespace kube-system ARGS…`: the documents, or
+/// helm's error text. `None` when helm cannot run ([`helm`]).
+pub fn helm_template(args: &[&str]) -> Option<Result<Vec<Value>, String>> {
+    let helm = helm()?;
+    let out = Command::new(&helm)
+        .args(["template", "nodeipam"])
+        .arg(repo_root().join("charts/nodeipam"))
+        .args(["--namespace", "kube-system"])
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", helm.display()));
+    Some(if out.status.success() {
+        Ok(documents(
+            &String::from_utf8(out.stdout).expect("helm prints UTF-8"),
+        ))
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    })
+}
+
+/// The documents of the kustomization in `dir` (relative to the repository root).
+pub fn kustomized(dir: &str) -> Vec<Value> {
     let path = repo_root().join(dir);
     match Command::new("kubectl").arg("kustomize").arg(&path).output() {
         Ok(out) if out.status.success() => {
