@@ -550,7 +550,11 @@ mod tests {
             .collect();
         assert_eq!(clusters, ["10.0.0.0/16", "fd00:10::/48"]);
         assert_eq!(
-            config.service_cidrs.iter().map(|c| c.to_string()).collect::<std::vec::Vec<_>>(),
+            config
+                .service_cidrs
+                .iter()
+                .map(|c| c.to_string())
+                .collect::<std::vec::Vec<_>>(),
             ["10.96.0.0/12"]
         );
         // Still refused: an octet over 255, a group over ffff.
