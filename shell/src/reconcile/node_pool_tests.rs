@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
+use serde_json::json;
 
 use crate::node_pools::{LabelRange, MaskRule, NodePools, RuleOrigin};
 use nodeipam_core::NodeMaskFlags;

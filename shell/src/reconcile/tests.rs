@@ -2,6 +2,7 @@
 //! metrics with the expected ones, and checks nothing else was emitted.
 
 use super::*;
+use serde_json::json;
 use std::time::Duration;
 
 use nodeipam_core::NodeMaskFlags;
