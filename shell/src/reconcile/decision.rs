@@ -124,6 +124,9 @@ pub enum Action {
     Assign {
         /// One per cluster CIDR, flag order.
         pod_cidrs: Vec<Cidr>,
+        /// `metadata.uid` of the Node object they are for (the PATCH is pinned to it), or `None`
+        /// for a Node without one.
+        uid: Option<String>,
     },
     /// Nothing is done for the Node (its podCIDRs cannot be occupied, or it is being deleted).
     Skip {
@@ -240,8 +243,9 @@ pub enum MetricEvent {
 pub struct Decision {
     /// What was decided.
     pub action: Action,
-    /// Strategic-merge patch for the Node (`{"metadata":{"uid":…},"spec":{"podCIDR":…,"podCIDRs":[…]}}`),
-    /// for [`Action::Assign`].
+    /// For [`Action::Assign`]: the strategic-merge patch its CIDRs and uid make
+    /// (`{"metadata":{"uid":…},"spec":{"podCIDR":…,"podCIDRs":[…]}}`, [`pod_cidrs_patch`]), the
+    /// body `controller::patch::assign_pod_cidrs` sends, so a decision shows whole what it writes.
     pub patch: Option<Value>,
     /// Events to publish on the Node.
     pub events: Vec<EventSpec>,
@@ -266,6 +270,7 @@ impl Decision {
     pub(super) fn assign(pod_cidrs: Vec<Cidr>, uid: Option<&str>) -> Decision {
         let mut decision = Decision::new(Action::Assign {
             pod_cidrs: pod_cidrs.clone(),
+            uid: uid.map(str::to_owned),
         });
         decision.patch = Some(pod_cidrs_patch(&pod_cidrs, uid));
         decision
