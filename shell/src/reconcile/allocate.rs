@@ -85,6 +85,7 @@ impl Allocator {
                             .map(|cluster_cidr| MetricEvent::Allocated {
                                 cluster_cidr,
                                 tries: b.tries,
+                                blocks: b.block_count,
                             })
                     })
                     .collect();

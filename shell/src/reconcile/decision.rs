@@ -203,6 +203,10 @@ pub enum MetricEvent {
         cluster_cidr: Cidr,
         /// Used blocks skipped by the search.
         tries: u32,
+        /// Grid blocks of `cluster_cidr` the allocated pod CIDR covers (1 without node-pool
+        /// sizes): what `node_ipam_controller_cidrset_cidrs_allocations_total` adds, in the same
+        /// unit as [`MetricEvent::Occupied`] and [`MetricEvent::Released`].
+        blocks: u32,
     },
     /// `blocks` blocks of `cluster_cidr` became used because a Node shows podCIDRs that were free
     /// in the pool (start-up, a Node written by another actor, or a Node re-observed after it was

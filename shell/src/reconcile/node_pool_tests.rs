@@ -89,9 +89,11 @@ fn mixed_pools_from_the_aks_labels() {
                 "spec": {"podCIDR": "10.244.0.0/24", "podCIDRs": ["10.244.0.0/24"]}
             })),
             events: vec![],
+            // A /24 on the /26 grid: 4 grid blocks, counted as upstream's CidrSet counts blocks.
             metrics: vec![MetricEvent::Allocated {
                 cluster_cidr: cidr("10.244.0.0/16"),
-                tries: 0
+                tries: 0,
+                blocks: 4,
             }],
             next: Next::Done,
         }

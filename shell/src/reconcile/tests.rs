@@ -50,7 +50,8 @@ fn assigns_in_order_with_upstream_patch() {
             events: vec![],
             metrics: vec![MetricEvent::Allocated {
                 cluster_cidr: cidr("10.244.0.0/16"),
-                tries: 0
+                tries: 0,
+                blocks: 1,
             }],
             next: Next::Done,
         }
