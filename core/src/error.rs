@@ -64,6 +64,16 @@ pub enum AllocError {
         /// The cluster CIDR it was checked against.
         cluster_cidr: Cidr,
     },
+    /// The CIDR covers the whole cluster CIDR and more: it overlaps the cluster CIDR (so
+    /// [`crate::Pool::check_node`] and `occupy` accept it, as upstream's `CidrSet.Occupy` does) but
+    /// does not lie in it, so it cannot be kept as a node's podCIDR
+    /// ([`crate::Pool::check_node_within`]).
+    WiderThanClusterCidr {
+        /// The CIDR asked for.
+        cidr: Cidr,
+        /// The cluster CIDR it is wider than.
+        cluster_cidr: Cidr,
+    },
     /// The CIDR's family differs from the cluster CIDR's.
     FamilyMismatch {
         /// The CIDR asked for.
@@ -168,6 +178,9 @@ impl fmt::Display for AllocError {
             }
             AllocError::OutOfRange { cidr, cluster_cidr } => {
                 write!(f, "{cidr} is outside cluster CIDR {cluster_cidr}")
+            }
+            AllocError::WiderThanClusterCidr { cidr, cluster_cidr } => {
+                write!(f, "{cidr} is larger than cluster CIDR {cluster_cidr}")
             }
             AllocError::FamilyMismatch { cidr, cluster_cidr } => write!(
                 f,

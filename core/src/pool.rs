@@ -150,6 +150,30 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> Pool<S> {
         Ok(())
     }
 
+    /// Checks a node's podCIDRs as [`Pool::check_node`] does, then that each lies **within** its
+    /// family's cluster CIDR: the rule for podCIDRs a node may keep. [`Pool::check_node`] accepts a
+    /// podCIDR wider than its cluster CIDR (it overlaps the whole set, and upstream's
+    /// `CidrSet.Occupy` occupies it), but such a podCIDR does not lie in the cluster CIDR. The
+    /// [`Pool::check_node`] errors come first, so a node failing both gets that error.
+    ///
+    /// # Errors
+    /// As [`Pool::check_node`]; then [`AllocError::WiderThanClusterCidr`] for the first podCIDR
+    /// (in the node's order) whose prefix is shorter than its cluster CIDR's.
+    pub fn check_node_within(&self, pod_cidrs: &[Cidr]) -> Result<(), AllocError> {
+        self.check_node(pod_cidrs)?;
+        for cidr in pod_cidrs {
+            if let Some(set) = self.set_for(cidr.family())
+                && cidr.prefix_len() < set.cluster_cidr().prefix_len()
+            {
+                return Err(AllocError::WiderThanClusterCidr {
+                    cidr: *cidr,
+                    cluster_cidr: set.cluster_cidr(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Occupies a node's existing podCIDRs (start-up sync, or a node seen with CIDRs already set).
     /// Checked first as [`Pool::check_node`]; then each CIDR is occupied in its family's set.
     /// Returns the number of blocks that were free before (0 when already occupied: idempotent).
@@ -263,6 +287,43 @@ mod tests {
     fn set(cluster: &str, mask: u8) -> CidrSet<StdVec<u64>> {
         let c = cidr(cluster);
         CidrSet::new(c, mask, vec![0; storage_words_for(c.prefix_len(), mask)]).unwrap()
+    }
+
+    #[test]
+    fn check_node_within_refuses_a_pod_cidr_wider_than_its_cluster_cidr() {
+        let pool = Pool::new(set("127.123.0.0/16", 24), Some(set("fd00:7f::/48", 64))).unwrap();
+        // Overlaps the whole cluster CIDR: check_node (and occupy) accept it, as upstream does.
+        assert_eq!(pool.check_node(&[cidr("127.122.0.0/15")]), Ok(()));
+        assert_eq!(
+            pool.check_node_within(&[cidr("127.122.0.0/15")]),
+            Err(AllocError::WiderThanClusterCidr {
+                cidr: cidr("127.122.0.0/15"),
+                cluster_cidr: cidr("127.123.0.0/16"),
+            })
+        );
+        // The cluster CIDR itself, and a block in it, lie within it.
+        assert_eq!(pool.check_node_within(&[cidr("127.123.0.0/16")]), Ok(()));
+        assert_eq!(
+            pool.check_node_within(&[cidr("127.123.4.0/24"), cidr("fd00:7f:0:4::/64")]),
+            Ok(())
+        );
+        // The first wide podCIDR in the node's order is named.
+        assert_eq!(
+            pool.check_node_within(&[cidr("127.123.4.0/24"), cidr("fd00::/16")]),
+            Err(AllocError::WiderThanClusterCidr {
+                cidr: cidr("fd00::/16"),
+                cluster_cidr: cidr("fd00:7f::/48"),
+            })
+        );
+        // check_node's errors come first.
+        assert_eq!(
+            pool.check_node_within(&[cidr("127.122.0.0/15"), cidr("127.200.0.0/24")]),
+            Err(AllocError::DuplicateFamily { family: Family::V4 })
+        );
+        assert!(matches!(
+            pool.check_node_within(&[cidr("127.122.0.0/15"), cidr("fd01::/64")]),
+            Err(AllocError::OutOfRange { .. })
+        ));
     }
 
     #[test]

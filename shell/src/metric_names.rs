@@ -2,10 +2,11 @@
 //! `clusterCIDR` label are kube-controller-manager's (`pkg/controller/nodeipam/ipam/cidrset/metrics.go`),
 //! including its `cirdset` misspelling, so existing dashboards keep working.
 
-/// Counter, per cluster CIDR: pod CIDRs allocated (one per block handed out, whatever its size),
-/// plus grid blocks newly marked used by occupying Nodes' existing podCIDRs (at start-up, or a
-/// Node written by another party), as upstream's `CidrSet.Occupy` counts them (one per block
-/// newly used; blocks already used are not counted again).
+/// Counter, per cluster CIDR, in grid blocks newly marked used: by an allocation (a pod CIDR of
+/// k grid blocks adds k; 1 without node-pool sizes) and by occupying Nodes' existing podCIDRs (at
+/// start-up, or a Node written by another party). Upstream's semantics (`cidrset/cidr_set.go`:
+/// `AllocateNext` adds one per block it marks, `Occupy` one per block newly used, blocks already
+/// used are not counted again), so allocations − releases = the used blocks.
 pub const CIDRSET_ALLOCATIONS_TOTAL: &str = "node_ipam_controller_cidrset_cidrs_allocations_total";
 /// Counter: grid blocks released, per cluster CIDR.
 pub const CIDRSET_RELEASES_TOTAL: &str = "node_ipam_controller_cidrset_cidrs_releases_total";

@@ -116,10 +116,11 @@ pub fn apply(event: &MetricEvent) {
         MetricEvent::Allocated {
             cluster_cidr,
             tries,
+            blocks,
         } => {
             let label = cluster_cidr.to_string();
             counter!(m::CIDRSET_ALLOCATIONS_TOTAL, m::LABEL_CLUSTER_CIDR => label.clone())
-                .increment(1);
+                .increment(u64::from(blocks));
             histogram!(m::CIDRSET_ALLOCATION_TRIES_PER_REQUEST, m::LABEL_CLUSTER_CIDR => label)
                 .record(f64::from(tries));
         }
@@ -239,5 +240,52 @@ mod tests {
             Some(4.0),
             "no second /23 fits: the largest free block is still the /24 at 10.244.1.0"
         );
+    }
+
+    /// `cidrs_allocations_total` counts grid blocks newly marked used, as upstream's `CidrSet`
+    /// does (`AllocateNext` one per block, `Occupy` one per block newly used), so allocations
+    /// minus releases is the used blocks: a /23 on a /26 grid adds 8, as its release frees 8.
+    #[test]
+    fn allocations_and_releases_count_the_same_grid_blocks() {
+        let recorder = prometheus_builder().build_recorder();
+        let handle = recorder.handle();
+        let _guard = metrics::set_default_local_recorder(&recorder);
+        let config =
+            nodeipam_core::config::validate("10.244.0.0/22", "", Default::default()).unwrap();
+        let pools = NodePools {
+            rules: vec![
+                MaskRule::parse("agentpool=big:ipv4=23", RuleOrigin::Flag { index: 1 }).unwrap(),
+                MaskRule::parse("agentpool=small:ipv4=26", RuleOrigin::Flag { index: 2 }).unwrap(),
+            ],
+            ..NodePools::default()
+        };
+        let mut allocator =
+            Allocator::with_sizing(&config, pools.sizing(&config).unwrap()).unwrap();
+        let node = |name: &str, pool: &str| NodeView {
+            name: name.into(),
+            uid: Some(format!("uid-{name}")),
+            labels: [("agentpool".to_owned(), pool.to_owned())].into(),
+            ..NodeView::default()
+        };
+        let value = |name: &str| -> Option<f64> {
+            handle.render().lines().find_map(|line| {
+                line.strip_prefix(name)?
+                    .strip_prefix("{clusterCIDR=\"10.244.0.0/22\"} ")?
+                    .parse()
+                    .ok()
+            })
+        };
+        for (name, pool) in [("small-1", "small"), ("big-1", "big")] {
+            for event in &allocator.decide(&node(name, pool)).metrics {
+                apply(event);
+            }
+        }
+        assert_eq!(value(m::CIDRSET_ALLOCATIONS_TOTAL), Some(9.0));
+        for event in &allocator.remove("big-1").metrics {
+            apply(event);
+        }
+        assert_eq!(value(m::CIDRSET_RELEASES_TOTAL), Some(8.0));
+        set_pool_gauges(&allocator.pool_stats(), 0);
+        assert_eq!(value(m::CIDRSET_USED_BLOCKS), Some(1.0));
     }
 }

@@ -385,7 +385,7 @@ pub fn plan_with_sizing(
 fn size_note(allocator: &Allocator, view: &NodeView, action: &Action) -> Option<String> {
     match action {
         Action::Keep { pod_cidrs } => allocator.size_mismatch(view, pod_cidrs),
-        Action::Assign { pod_cidrs } => {
+        Action::Assign { pod_cidrs, .. } => {
             let sizing = allocator.sizing();
             let masks = sizing.resolve(&view.labels).ok()?;
             let sized: Vec<String> = pod_cidrs
@@ -404,7 +404,7 @@ fn entry(view: &NodeView, action: Action) -> PlanNode {
     let texts = |cidrs: &[nodeipam_core::Cidr]| cidrs.iter().map(ToString::to_string).collect();
     let (pod_cidrs, action, reason) = match action {
         Action::Keep { pod_cidrs } => (texts(&pod_cidrs), "keep", None),
-        Action::Assign { pod_cidrs } => (texts(&pod_cidrs), "assign", None),
+        Action::Assign { pod_cidrs, .. } => (texts(&pod_cidrs), "assign", None),
         Action::Skip { reason } => (view.raw_pod_cidrs(), "skip", Some(reason)),
         Action::Fail { reason } => (Vec::new(), "fail", Some(reason)),
         Action::Released { .. } => (Vec::new(), "fail", Some("released".to_owned())),
@@ -547,7 +547,7 @@ mod tests {
             );
             for view in views.iter().filter(|v| !v.has_pod_cidrs()) {
                 let want = tracked.decide(view);
-                if let Action::Assign { pod_cidrs } = &want.action {
+                if let Action::Assign { pod_cidrs, .. } = &want.action {
                     assert!(tracked.confirm(&view.name, pod_cidrs), "{file}");
                     sized += usize::from(pod_cidrs.iter().any(|c| c.prefix_len() == 25));
                 }

@@ -13,10 +13,11 @@ use std::time::Duration;
 use kube::Client;
 use kube::api::{Patch, PatchParams};
 use kube::core::Status;
+use nodeipam_core::Cidr;
 use serde_json::Value;
 
 use super::node::SlimNode;
-use crate::reconcile::{CannotApplyKind, PatchOutcome};
+use crate::reconcile::{CannotApplyKind, PatchOutcome, pod_cidrs_patch};
 
 /// How one PATCH ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,6 +28,20 @@ pub struct PatchResult {
     pub resource_version: Option<String>,
     /// `Some(why)` when the client itself is broken for good ([`is_client_broken`]).
     pub broken: Option<String>,
+}
+
+/// PATCHes Node `name`'s `spec.podCIDR(s)` to `pod_cidrs`, pinned to the Node object `uid` (the
+/// body is [`pod_cidrs_patch`]: upstream's `PatchNodeCIDRs` body plus `metadata.uid`), as
+/// [`patch_pod_cidrs`] does.
+pub async fn assign_pod_cidrs(
+    client: &Client,
+    field_manager: &str,
+    name: &str,
+    (pod_cidrs, uid): (&[Cidr], Option<&str>),
+    request_timeout: Duration,
+) -> PatchResult {
+    let body = pod_cidrs_patch(pod_cidrs, uid);
+    patch_pod_cidrs(client, field_manager, name, &body, request_timeout).await
 }
 
 /// Sends the PATCH `body` to Node `name` and waits at most `request_timeout` for the answer (the

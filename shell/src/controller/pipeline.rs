@@ -13,6 +13,8 @@ use super::backoff::RetryBackoff;
 use super::events::{self, EVENT_QUEUE_CAPACITY, EventSink};
 use super::in_doubt::InDoubtWrites;
 use super::informer::{self, InformerSettings, NodeCache, SyncState};
+use super::oplog::{EXHAUSTION_WARNING_INTERVAL, PerPoolRateLimit};
+use super::waiters::Waiters;
 use super::window::{WRITES_AHEAD_OF_WATCH, WriteWindow};
 use super::worker::{self, Shared, WorkerSettings, WriteGate};
 use super::{CONTROLLER_NAME, ControllerConfig, OwnedTask, RunSummary, WorkQueue, WriteLimiter};
@@ -139,18 +141,24 @@ pub(super) async fn run(
         WriteLimiter::new(config.kube_api_qps, config.kube_api_burst),
         config.request_timeout,
     ));
-    let shared = Arc::new(Shared::new(
-        client.clone(),
-        allocator.clone(),
-        cache.clone(),
-        queue.clone(),
+    let shared = Arc::new(Shared {
+        api: Api::all(client.clone()),
+        client: client.clone(),
+        allocator: allocator.clone(),
+        cache: cache.clone(),
+        queue: queue.clone(),
         events,
-        WriteLimiter::new(config.kube_api_qps, config.kube_api_burst),
-        window.clone(),
-        health.clone(),
-        RetryBackoff::new(config.retry_min_delay, config.retry_max_delay),
-        startup_events,
-        WorkerSettings {
+        limiter: WriteLimiter::new(config.kube_api_qps, config.kube_api_burst),
+        window: window.clone(),
+        health: health.clone(),
+        backoff: Mutex::new(RetryBackoff::new(
+            config.retry_min_delay,
+            config.retry_max_delay,
+        )),
+        waiters: Mutex::new(Waiters::new()),
+        startup_events: Mutex::new(startup_events),
+        exhaustion_log: Mutex::new(PerPoolRateLimit::new(EXHAUSTION_WARNING_INTERVAL)),
+        settings: WorkerSettings {
             workers: config.workers,
             request_timeout: config.request_timeout,
             write_gate,
@@ -159,8 +167,8 @@ pub(super) async fn run(
                 .retry_max_delay
                 .saturating_mul(worker::WAITING_RECHECK_FACTOR),
         },
-        broken_tx,
-    ));
+        broken: broken_tx,
+    });
     let gauges = OwnedTask::spawn(refresh_largest_free(allocator.clone()));
     let mut dispatcher = OwnedTask::spawn(worker::dispatch(shared, stop.clone()));
     // Which task ended the term (its handle must not be polled again).

@@ -108,29 +108,33 @@ pub struct WorkerSettings {
     pub waiting_recheck: Duration,
 }
 
-/// What the dispatcher and the workers share.
+/// What the dispatcher and the workers share. Built as a struct literal by `pipeline::run`
+/// (each field says what it is); the allocator has done its start-up occupy.
 pub struct Shared {
-    client: Client,
-    api: Api<SlimNode>,
-    allocator: Arc<Mutex<Allocator>>,
-    cache: Arc<NodeCache>,
-    queue: Arc<WorkQueue>,
+    pub(super) client: Client,
+    /// Nodes, through [`Shared::client`].
+    pub(super) api: Api<SlimNode>,
+    pub(super) allocator: Arc<Mutex<Allocator>>,
+    pub(super) cache: Arc<NodeCache>,
+    pub(super) queue: Arc<WorkQueue>,
     /// Events go here: queued, spam-filtered per Node, written by a task of their own.
-    events: EventSink,
-    limiter: WriteLimiter,
+    pub(super) events: EventSink,
+    /// The Node writes' token bucket (`--kube-api-qps`, `--kube-api-burst`).
+    pub(super) limiter: WriteLimiter,
     /// Bounds our writes ahead of the Node watch.
-    window: Arc<WriteWindow>,
-    health: Health,
-    backoff: Mutex<RetryBackoff>,
+    pub(super) window: Arc<WriteWindow>,
+    pub(super) health: Health,
+    pub(super) backoff: Mutex<RetryBackoff>,
     /// Nodes waiting for a free block, woken one per freed block.
-    waiters: Mutex<Waiters>,
+    pub(super) waiters: Mutex<Waiters>,
     /// Start-up skip events, published on each Node's first reconcile.
-    startup_events: Mutex<HashMap<NodeName, Vec<EventSpec>>>,
-    /// Rate limit of the exhaustion warning, per cluster CIDR.
-    exhaustion_log: Mutex<super::oplog::PerPoolRateLimit>,
-    settings: WorkerSettings,
+    pub(super) startup_events: Mutex<HashMap<NodeName, Vec<EventSpec>>>,
+    /// Rate limit of the exhaustion warning, per cluster CIDR
+    /// ([`super::oplog::EXHAUSTION_WARNING_INTERVAL`]).
+    pub(super) exhaustion_log: Mutex<super::oplog::PerPoolRateLimit>,
+    pub(super) settings: WorkerSettings,
     /// Set when the client can no longer send anything (its request buffer lost its worker).
-    broken: watch::Sender<Option<String>>,
+    pub(super) broken: watch::Sender<Option<String>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -138,43 +142,6 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    /// Everything the workers need; `allocator` has done its start-up occupy.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        client: Client,
-        allocator: Arc<Mutex<Allocator>>,
-        cache: Arc<NodeCache>,
-        queue: Arc<WorkQueue>,
-        events: EventSink,
-        limiter: WriteLimiter,
-        window: Arc<WriteWindow>,
-        health: Health,
-        backoff: RetryBackoff,
-        startup_events: HashMap<NodeName, Vec<EventSpec>>,
-        settings: WorkerSettings,
-        broken: watch::Sender<Option<String>>,
-    ) -> Shared {
-        Shared {
-            api: Api::all(client.clone()),
-            client,
-            allocator,
-            cache,
-            queue,
-            events,
-            limiter,
-            window,
-            health,
-            backoff: Mutex::new(backoff),
-            waiters: Mutex::new(Waiters::new()),
-            startup_events: Mutex::new(startup_events),
-            exhaustion_log: Mutex::new(super::oplog::PerPoolRateLimit::new(
-                super::oplog::EXHAUSTION_WARNING_INTERVAL,
-            )),
-            settings,
-            broken,
-        }
-    }
-
     /// The decision for `name` as the informer shows it now (or its removal if it is gone).
     fn decide(&self, name: &NodeName) -> (Decision, Option<Box<str>>) {
         let cached = self.cache.get(name);
@@ -238,12 +205,31 @@ impl Shared {
     /// Whether `decision` needs no I/O (no event, no write, no retry): applied by the dispatcher.
     fn is_local(decision: &Decision) -> bool {
         decision.events.is_empty()
-            && decision.patch.is_none()
+            && !matches!(decision.action, Action::Assign { .. })
             && matches!(decision.next, Next::Done)
     }
 
-    /// Applies a decision's metrics, events and next step (everything but its patch).
+    /// Finishes a decision that needs no I/O ([`Shared::is_local`]) on the dispatcher: the same
+    /// bookkeeping as any other ([`Shared::settle`]), then `name` is done in the queue.
+    fn finish_local(&self, name: &NodeName, decision: &Decision) {
+        self.settle(name, decision);
+        self.queue.done(name);
+    }
+
+    /// Applies a decision's events and everything [`Shared::settle`] does (everything but its
+    /// patch).
     fn apply(&self, name: &NodeName, uid: Option<&str>, decision: &Decision) {
+        self.settle(name, decision);
+        for event in &decision.events {
+            self.publish(name, uid, event);
+        }
+    }
+
+    /// The bookkeeping every decision gets, whether it needs I/O or not (the dispatcher's no-I/O
+    /// path and [`Shared::apply`] both come here): its metrics; after a pool change, the pool
+    /// figures (gauges, health) and, for a freed block, the exhaustion warning's rate limit;
+    /// its log line; and its next step (backoff reset or a re-queue).
+    fn settle(&self, name: &NodeName, decision: &Decision) {
         let mut pool_changed = false;
         for metric in &decision.metrics {
             m::apply(metric);
@@ -308,9 +294,6 @@ impl Shared {
             // Handled by the caller: it re-reads the Node.
             Next::Reread => {}
         }
-        for event in &decision.events {
-            self.publish(name, uid, event);
-        }
     }
 
     /// The exhaustion warning: at most one per cluster CIDR per
@@ -372,8 +355,12 @@ impl Shared {
             self.publish(&name, uid.as_deref(), event);
         }
         self.apply(&name, uid.as_deref(), &decision);
-        if let (Action::Assign { pod_cidrs }, Some(body)) = (&decision.action, &decision.patch) {
-            self.write(&name, uid.as_deref(), pod_cidrs.clone(), body.clone())
+        if let Action::Assign {
+            pod_cidrs,
+            uid: write_uid,
+        } = &decision.action
+        {
+            self.write(&name, write_uid.as_deref(), pod_cidrs.clone())
                 .await;
         } else if decision.next == Next::Reread {
             self.check_with_server(&name).await;
@@ -389,21 +376,14 @@ impl Shared {
             self.retry_later(name);
             return;
         };
-        let patch_uid = decision
-            .patch
-            .as_ref()
-            .and_then(|body| body.pointer("/metadata/uid"))
-            .and_then(serde_json::Value::as_str)
-            .map(str::to_owned);
-        self.apply(
-            name,
-            patch_uid.as_deref().or(record_uid.as_deref()),
-            &decision,
-        );
-        match (&decision.action, &decision.patch) {
-            (Action::Assign { pod_cidrs }, Some(body)) => {
-                self.write(name, patch_uid.as_deref(), pod_cidrs.clone(), body.clone())
-                    .await;
+        let write_uid = match &decision.action {
+            Action::Assign { uid, .. } => uid.as_deref(),
+            _ => None,
+        };
+        self.apply(name, write_uid.or(record_uid.as_deref()), &decision);
+        match &decision.action {
+            Action::Assign { pod_cidrs, uid } => {
+                self.write(name, uid.as_deref(), pod_cidrs.clone()).await;
             }
             // Still behind after the GET (another change meanwhile): try again later.
             _ if decision.next == Next::Reread => self.retry_later(name),
@@ -413,13 +393,7 @@ impl Shared {
 
     /// PATCHes `pod_cidrs` to Node `name` (object `uid`) and applies what follows from the
     /// outcome: a re-read after a refusal, and the allocation for a replaced Node.
-    async fn write(
-        &self,
-        name: &NodeName,
-        uid: Option<&str>,
-        mut pod_cidrs: Vec<Cidr>,
-        mut body: serde_json::Value,
-    ) {
+    async fn write(&self, name: &NodeName, uid: Option<&str>, mut pod_cidrs: Vec<Cidr>) {
         let mut uid: Option<String> = uid.map(str::to_owned);
         // At most a few rounds: a refusal leads to a re-read, whose decision may be a new
         // allocation (a re-created Node), whose write may be refused again; then backoff.
@@ -439,11 +413,11 @@ impl Shared {
                 outcome,
                 resource_version,
                 broken,
-            } = patch::patch_pod_cidrs(
+            } = patch::assign_pod_cidrs(
                 &self.client,
                 CONTROLLER_NAME,
                 name,
-                &body,
+                (&pod_cidrs, uid.as_deref()),
                 self.settings.request_timeout,
             )
             .await;
@@ -479,14 +453,13 @@ impl Shared {
                 _ => None,
             };
             self.apply(name, fresh_uid.as_deref().or(uid.as_deref()), &decision);
-            match (decision.action, decision.patch) {
-                (Action::Assign { pod_cidrs: next }, Some(next_body)) => {
+            match decision.action {
+                Action::Assign {
+                    pod_cidrs: next,
+                    uid: next_uid,
+                } => {
                     pod_cidrs = next;
-                    body = next_body;
-                    uid = body
-                        .pointer("/metadata/uid")
-                        .and_then(serde_json::Value::as_str)
-                        .map(str::to_owned);
+                    uid = next_uid;
                 }
                 _ => return,
             }
@@ -566,16 +539,7 @@ pub async fn dispatch(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> R
         let (decision, uid) = shared.decide(&name);
         let has_startup_events = lock(&shared.startup_events).contains_key(&name);
         if Shared::is_local(&decision) && !has_startup_events {
-            for metric in &decision.metrics {
-                m::apply(metric);
-            }
-            if !decision.metrics.is_empty() {
-                shared.report_pool();
-            }
-            if !matches!(decision.action, Action::Assign { .. }) {
-                lock(&shared.backoff).reset(&name);
-            }
-            shared.queue.done(&name);
+            shared.finish_local(&name, &decision);
             continue;
         }
         let shared = shared.clone();
@@ -642,6 +606,88 @@ mod tests {
 
     use crate::test_support::{LogBuffer as Buffer, node_view as view};
 
+    /// A `Shared` around `allocator` whose client answers every request with 500 (the tests
+    /// below make no request), an empty informer cache and a fresh queue.
+    fn shared(allocator: Allocator) -> Shared {
+        let service = tower::service_fn(|_request: http::Request<kube::client::Body>| async {
+            Ok::<_, std::convert::Infallible>(
+                http::Response::builder()
+                    .status(500)
+                    .body(kube::client::Body::empty())
+                    .expect("response"),
+            )
+        });
+        let client = Client::new(service, "default");
+        let (events, _queued) = EventSink::new(16);
+        Shared {
+            api: Api::all(client.clone()),
+            client,
+            allocator: Arc::new(Mutex::new(allocator)),
+            cache: Arc::new(NodeCache::new()),
+            queue: Arc::new(WorkQueue::new()),
+            events,
+            limiter: WriteLimiter::new(100.0, 100),
+            window: Arc::new(WriteWindow::new(8)),
+            health: Health::new(),
+            backoff: Mutex::new(RetryBackoff::new(
+                Duration::from_millis(10),
+                Duration::from_secs(1),
+            )),
+            waiters: Mutex::new(Waiters::new()),
+            startup_events: Mutex::new(HashMap::new()),
+            exhaustion_log: Mutex::new(super::super::oplog::PerPoolRateLimit::new(
+                super::super::oplog::EXHAUSTION_WARNING_INTERVAL,
+            )),
+            settings: WorkerSettings {
+                workers: 1,
+                request_timeout: Duration::from_secs(1),
+                write_gate: WriteGate {
+                    not_before: Instant::now(),
+                    lease: None,
+                    write_duration: Duration::from_secs(1),
+                },
+                in_doubt: Arc::new(InDoubtWrites::new()),
+                waiting_recheck: Duration::from_secs(10),
+            },
+            broken: watch::channel(None).0,
+        }
+    }
+
+    /// A Node deleted while its cluster CIDR is full: the dispatcher finishes the release without
+    /// I/O, and must do the same bookkeeping `apply` does — the pool figures show the freed
+    /// block, and the exhaustion warning's rate limit is reset so the next exhaustion is logged
+    /// at once (the no-I/O path used to refresh the figures but keep the rate limit, so the
+    /// warning after a freed block could stay suppressed for up to a minute).
+    #[tokio::test]
+    async fn a_release_without_io_settles_as_apply_does() {
+        let config = nodeipam_core::config::validate("10.244.0.0/24", "", NodeMaskFlags::default())
+            .expect("valid");
+        let cluster_cidr = config.cluster_cidrs[0].cluster_cidr;
+        let shared = shared(Allocator::new(&config).expect("pool"));
+        let holder: NodeName = "a".into();
+        let waiting: NodeName = "b".into();
+        let kept = lock(&shared.allocator).decide(&view("a", &["10.244.0.0/24"]));
+        shared.apply(&holder, None, &kept);
+        let failed = shared.decided(&waiting, |a| a.decide(&view("b", &[])));
+        assert!(matches!(failed.action, Action::Fail { .. }), "{failed:?}");
+        // Logged (and rate-limited from now on).
+        shared.apply(&waiting, None, &failed);
+        assert_eq!(shared.health.pools()[0].free, 0);
+
+        // "a" is not in the informer's cache: the decision is its release, with no I/O.
+        let (released, uid) = shared.decide(&holder);
+        assert_eq!(uid, None);
+        assert!(Shared::is_local(&released), "{released:?}");
+        shared.finish_local(&holder, &released);
+
+        assert_eq!(shared.health.pools()[0].free, 1);
+        assert_eq!(
+            lock(&shared.exhaustion_log).check(cluster_cidr, Instant::now()),
+            Some(0),
+            "the next exhaustion warning is let through"
+        );
+    }
+
     /// The watch settling a write whose PATCH ended with an unknown outcome logs the assignment
     /// (it logged nothing: only an answered PATCH did); the watch showing other podCIDRs (another
     /// writer's) does not claim an assignment.
@@ -658,7 +704,8 @@ mod tests {
         tracing::subscriber::with_default(subscriber, || {
             let mut allocator = Allocator::new(&config).expect("pool");
             for (name, seen) in [("e", "10.244.0.0/24"), ("f", "10.244.7.0/24")] {
-                let Action::Assign { pod_cidrs } = allocator.decide(&view(name, &[])).action else {
+                let Action::Assign { pod_cidrs, .. } = allocator.decide(&view(name, &[])).action
+                else {
                     panic!("assigns");
                 };
                 let unknown = PatchOutcome::Unknown {

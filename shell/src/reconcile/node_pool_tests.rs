@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
+use serde_json::json;
 
 use crate::node_pools::{LabelRange, MaskRule, NodePools, RuleOrigin};
 use nodeipam_core::NodeMaskFlags;
@@ -51,7 +52,7 @@ fn aks_node(name: &str, pool: &str) -> NodeView {
 fn assigned(a: &mut Allocator, node: &NodeView) -> Vec<Cidr> {
     let d = a.decide(node);
     match d.action {
-        Action::Assign { pod_cidrs } => {
+        Action::Assign { pod_cidrs, .. } => {
             assert!(a.confirm(&node.name, &pod_cidrs));
             pod_cidrs
         }
@@ -80,16 +81,19 @@ fn mixed_pools_from_the_aks_labels() {
         d,
         Decision {
             action: Action::Assign {
-                pod_cidrs: vec![cidr("10.244.0.0/24")]
+                pod_cidrs: vec![cidr("10.244.0.0/24")],
+                uid: Some("uid-agentpool-0".to_owned()),
             },
             patch: Some(json!({
                 "metadata": {"uid": "uid-agentpool-0"},
                 "spec": {"podCIDR": "10.244.0.0/24", "podCIDRs": ["10.244.0.0/24"]}
             })),
             events: vec![],
+            // A /24 on the /26 grid: 4 grid blocks, counted as upstream's CidrSet counts blocks.
             metrics: vec![MetricEvent::Allocated {
                 cluster_cidr: cidr("10.244.0.0/16"),
-                tries: 0
+                tries: 0,
+                blocks: 4,
             }],
             next: Next::Done,
         }
@@ -223,7 +227,7 @@ fn unknown_outcome_of_a_large_block_never_releases() {
     let pools = rules(&["agentpool=bigpool:ipv4=23"]);
     let mut a = allocator("10.244.0.0/16", &pools);
     let big = aks_node("big-0", "bigpool");
-    let Action::Assign { pod_cidrs } = a.decide(&big).action else {
+    let Action::Assign { pod_cidrs, .. } = a.decide(&big).action else {
         panic!("expected an assignment");
     };
     assert_eq!(pod_cidrs, vec![cidr("10.244.0.0/23")]);

@@ -2,6 +2,7 @@
 //! metrics with the expected ones, and checks nothing else was emitted.
 
 use super::*;
+use serde_json::json;
 use std::time::Duration;
 
 use nodeipam_core::NodeMaskFlags;
@@ -39,7 +40,8 @@ fn assigns_in_order_with_upstream_patch() {
         d,
         Decision {
             action: Action::Assign {
-                pod_cidrs: vec![cidr("10.244.0.0/24")]
+                pod_cidrs: vec![cidr("10.244.0.0/24")],
+                uid: Some("uid-n1".to_owned()),
             },
             patch: Some(json!({
                 "metadata":{"uid":"uid-n1"},
@@ -48,7 +50,8 @@ fn assigns_in_order_with_upstream_patch() {
             events: vec![],
             metrics: vec![MetricEvent::Allocated {
                 cluster_cidr: cidr("10.244.0.0/16"),
-                tries: 0
+                tries: 0,
+                blocks: 1,
             }],
             next: Next::Done,
         }
@@ -96,7 +99,8 @@ fn abort_releases_the_pending_block() {
     assert_eq!(
         d.action,
         Action::Assign {
-            pod_cidrs: vec![cidr("10.244.1.0/24")]
+            pod_cidrs: vec![cidr("10.244.1.0/24")],
+            uid: Some("uid-n1".to_owned()),
         }
     );
 }
@@ -191,7 +195,8 @@ fn exhausted_pool_fails_with_cidr_not_available_then_recovers() {
     assert_eq!(
         d.action,
         Action::Assign {
-            pod_cidrs: vec![cidr("10.0.0.0/31")]
+            pod_cidrs: vec![cidr("10.0.0.0/31")],
+            uid: Some("uid-c".to_owned()),
         }
     );
 }
@@ -266,7 +271,8 @@ fn service_cidr_blocks_are_never_allocated_or_released() {
     assert_eq!(
         d.action,
         Action::Assign {
-            pod_cidrs: vec![cidr("10.0.1.0/24")]
+            pod_cidrs: vec![cidr("10.0.1.0/24")],
+            uid: Some("uid-n".to_owned()),
         }
     );
     // A Node that (wrongly) holds the service block is kept; releasing it keeps the block.
@@ -554,7 +560,7 @@ fn pod_cidr_with_leading_zeros_is_occupied_as_decimal() {
         // Every other block goes to a new Node; 10.244.50.0/24 never does.
         for i in 0..255 {
             let d = a.decide(&node(&format!("new-{i}"), &[]));
-            let Action::Assign { pod_cidrs } = &d.action else {
+            let Action::Assign { pod_cidrs, .. } = &d.action else {
                 panic!("new-{i}: {:?}", d.action);
             };
             assert_ne!(pod_cidrs, &held, "new-{i}");
@@ -627,7 +633,8 @@ fn stale_view_of_a_patched_node_changes_nothing() {
     assert_eq!(
         d.action,
         Action::Assign {
-            pod_cidrs: vec![cidr("10.244.1.0/24")]
+            pod_cidrs: vec![cidr("10.244.1.0/24")],
+            uid: Some("uid-n1-second".to_owned()),
         }
     );
     assert_eq!(used(&a), vec![1]);
@@ -677,7 +684,7 @@ fn forbidden() -> PatchOutcome {
 
 fn assigned(a: &mut Allocator, name: &str) -> Vec<Cidr> {
     match a.decide(&node(name, &[])).action {
-        Action::Assign { pod_cidrs } => pod_cidrs,
+        Action::Assign { pod_cidrs, .. } => pod_cidrs,
         other => panic!("expected an assignment, got {other:?}"),
     }
 }
@@ -896,7 +903,8 @@ fn the_node_replaced_under_a_pending_write_frees_the_old_block() {
     assert_eq!(
         d.action,
         Action::Assign {
-            pod_cidrs: vec![cidr("10.244.1.0/24")]
+            pod_cidrs: vec![cidr("10.244.1.0/24")],
+            uid: Some("uid-n1-second".to_owned()),
         }
     );
     assert_eq!(
@@ -984,6 +992,7 @@ fn an_informer_behind_a_get_cannot_release_a_write_in_doubt() {
     let d = a.decide(&first);
     let Action::Assign {
         pod_cidrs: to_first,
+        ..
     } = d.action
     else {
         panic!("{d:?}")
@@ -1002,6 +1011,7 @@ fn an_informer_behind_a_get_cannot_release_a_write_in_doubt() {
     let d = a.decide_fresh(&second);
     let Action::Assign {
         pod_cidrs: to_second,
+        ..
     } = d.action
     else {
         panic!("{d:?}")
@@ -1024,7 +1034,8 @@ fn an_informer_behind_a_get_cannot_release_a_write_in_doubt() {
     assert_eq!(
         d.action,
         Action::Assign {
-            pod_cidrs: to_second.clone()
+            pod_cidrs: to_second.clone(),
+            uid: Some("uid-second".to_owned()),
         }
     );
     // Caught up, the informer is trusted again: a third object of the name replaces the second
@@ -1045,7 +1056,10 @@ fn the_get_after_a_stale_informer_copy_settles_it() {
     let mut second = node("n1", &[]);
     second.uid = Some("uid-second".to_owned());
     let d = a.decide_fresh(&second);
-    let Action::Assign { pod_cidrs: ours } = d.action else {
+    let Action::Assign {
+        pod_cidrs: ours, ..
+    } = d.action
+    else {
         panic!("{d:?}")
     };
     a.patch_outcome("n1", Some("uid-second"), &ours, unknown());

@@ -1,0 +1,287 @@
+//! A Node that already has podCIDRs: the checks its podCIDRs must pass to be kept (well-formed,
+//! in range, no overlap with a service CIDR or another Node), occupying them, or skipping the Node.
+
+use nodeipam_core::{AllocError, Cidr};
+
+use super::{
+    Action, Allocator, Decision, EventKind, EventSpec, MetricEvent, NodeName, NodeRecord, NodeView,
+    RecordState, SkipInfo, SkipKind, join, truncate_note,
+};
+use crate::reasons;
+
+impl Allocator {
+    /// Start-up: occupies the podCIDRs of every Node that has them, in list order, before any
+    /// allocation. Nodes without podCIDRs are left for [`Allocator::decide`]. Returns one decision
+    /// per Node that has podCIDRs (Keep, or Skip with its event and metric).
+    pub fn startup_occupy(&mut self, nodes: &[NodeView]) -> Vec<(NodeName, Decision)> {
+        nodes
+            .iter()
+            .filter(|n| n.has_pod_cidrs())
+            .map(|n| (n.name.clone(), self.observe_existing(n)))
+            .collect()
+    }
+
+    /// The [`MetricEvent::Occupied`] for `blocks` blocks of `cidr` newly marked used.
+    fn occupied_metric(&self, cidr: Cidr, blocks: u32) -> Option<MetricEvent> {
+        self.cluster_cidr_of(cidr)
+            .map(|cluster_cidr| MetricEvent::Occupied {
+                cluster_cidr,
+                blocks,
+            })
+    }
+
+    /// The events of [`crate::diagnostics::node_findings`] for `node` against this pool's cluster
+    /// CIDRs (flag order).
+    fn node_findings(&self, node: &NodeView) -> Vec<EventSpec> {
+        let cluster_cidrs: Vec<Cidr> = self.pool.sets().iter().map(|s| s.cluster_cidr()).collect();
+        crate::diagnostics::node_findings_in(&cluster_cidrs, node)
+            .iter()
+            .filter_map(crate::diagnostics::Finding::event)
+            .collect()
+    }
+
+    /// Occupies a Node's existing podCIDRs, or skips it; a Node occupied anew carries its
+    /// diagnostic events (R08, R10, R11).
+    pub(super) fn observe_existing(&mut self, node: &NodeView) -> Decision {
+        let raw = node.raw_pod_cidrs();
+        let parsed = node.parsed_pod_cidrs();
+        let uid = node.uid.as_deref();
+        if let Some(record) = self.nodes.get_mut(&node.name) {
+            match &record.state {
+                RecordState::Held | RecordState::Pending(_)
+                    if parsed.as_deref() == Some(record.held.as_slice()) =>
+                {
+                    // Seen again, or our own PATCH observed before its response: now confirmed.
+                    record.state = RecordState::Held;
+                    record.uid = uid.map(Into::into);
+                    return Decision::new(Action::Keep {
+                        pod_cidrs: record.held.clone(),
+                    });
+                }
+                RecordState::Skipped(info) if info.raw == raw && record.is_for(uid) => {
+                    return Decision::new(Action::Skip {
+                        reason: info.reason.clone(),
+                    });
+                }
+                _ => {}
+            }
+        }
+        // Anything else held for this name can go: a pending write of ours can never land on a
+        // Node that has podCIDRs (they are immutable), nor on another object (the uid pin).
+        let released = self.forget(&node.name);
+        let decision = match self.check_existing(node, &raw) {
+            Ok(pod_cidrs) => self.occupy_existing(node, pod_cidrs),
+            Err(skip) => self.skip_existing(node, raw, skip),
+        };
+        decision.after_metrics(released)
+    }
+
+    /// Keeps a Node's podCIDRs that passed [`Allocator::check_existing`]: occupies them and holds
+    /// them for the Node.
+    fn occupy_existing(&mut self, node: &NodeView, pod_cidrs: Vec<Cidr>) -> Decision {
+        let mut occupied = Vec::new();
+        for cidr in &pod_cidrs {
+            // check_existing ran Pool::check_node_within: every CIDR lies in its family's set.
+            if let Ok(blocks @ 1..) = self.pool.occupy(*cidr) {
+                occupied.extend(self.occupied_metric(*cidr, blocks));
+            }
+        }
+        self.put(
+            node.name.clone(),
+            NodeRecord {
+                held: pod_cidrs.clone(),
+                state: RecordState::Held,
+                uid: node.uid.as_deref().map(Into::into),
+                ahead_of_informer: false,
+            },
+        );
+        let mut decision = Decision::new(Action::Keep { pod_cidrs });
+        decision.metrics = occupied;
+        // The diagnostics of podCIDRs seen for the first time (R08, R10, R11), at start-up
+        // or while running: a Node seen again with the same podCIDRs returned above.
+        decision.events = self.node_findings(node);
+        decision
+    }
+
+    /// Skips a Node whose podCIDRs (`raw`) failed [`Allocator::check_existing`]: whatever part of
+    /// them overlaps our ranges stays reserved; one Warning event and one metric.
+    fn skip_existing(&mut self, node: &NodeView, raw: Vec<String>, skip: SkipReport) -> Decision {
+        let mut occupied = Vec::new();
+        let mut held = Vec::new();
+        for cidr in skip.reservable.iter().copied() {
+            if let Ok(blocks) = self.pool.occupy(cidr) {
+                held.push(cidr);
+                if blocks > 0 {
+                    occupied.extend(self.occupied_metric(cidr, blocks));
+                }
+            }
+        }
+        let mut decision = Decision::new(Action::Skip {
+            reason: skip.reason.clone(),
+        });
+        decision.metrics = occupied;
+        decision.events.push(EventSpec {
+            kind: EventKind::Warning,
+            reason: skip.kind.event_reason(),
+            note: truncate_note(format!(
+                "Node {} skipped by the node IPAM controller: {}",
+                node.name, skip.reason
+            )),
+            action: reasons::ACTION_OCCUPY,
+        });
+        decision
+            .metrics
+            .push(MetricEvent::NodeSkipped { kind: skip.kind });
+        self.put(
+            node.name.clone(),
+            NodeRecord {
+                held,
+                state: RecordState::Skipped(Box::new(SkipInfo {
+                    raw,
+                    kind: skip.kind,
+                    reason: skip.reason,
+                })),
+                uid: node.uid.as_deref().map(Into::into),
+                ahead_of_informer: false,
+            },
+        );
+        decision
+    }
+
+    /// Checks a Node's podCIDRs: well-formed, in range, no overlap with a service CIDR or another
+    /// Node, in that order (the first failing check names the skip).
+    fn check_existing(&self, node: &NodeView, raw: &[String]) -> Result<Vec<Cidr>, SkipReport> {
+        let parsed = parse_existing(node, raw)?;
+        self.check_in_pool(&parsed)?;
+        // A podCIDR inside a service CIDR would give pods Service IPs: never kept.
+        for cidr in &parsed {
+            if let Some(service) = self.service_cidrs.iter().find(|s| s.overlaps(cidr)) {
+                return Err(SkipReport {
+                    kind: SkipKind::Conflict,
+                    reason: format!("podCIDR {cidr} overlaps service CIDR {service}"),
+                    reservable: parsed,
+                });
+            }
+        }
+        if let Some(reason) = self.overlap_with_other_node(node, &parsed) {
+            return Err(SkipReport {
+                kind: SkipKind::Conflict,
+                reason,
+                reservable: parsed,
+            });
+        }
+        Ok(parsed)
+    }
+
+    /// The count, family and range rules are the core's
+    /// ([`nodeipam_core::Pool::check_node_within`]), mapped to skip kinds: too many or the same
+    /// family twice is invalid, anything else out of range. What overlaps our sets stays reserved.
+    fn check_in_pool(&self, parsed: &[Cidr]) -> Result<(), SkipReport> {
+        let Err(error) = self.pool.check_node_within(parsed) else {
+            return Ok(());
+        };
+        let kind = match error {
+            AllocError::TooManyCidrs { .. } | AllocError::DuplicateFamily { .. } => {
+                SkipKind::Invalid
+            }
+            _ => SkipKind::OutOfRange,
+        };
+        let reservable = parsed
+            .iter()
+            .copied()
+            .filter(|c| {
+                self.pool
+                    .set_for(c.family())
+                    .is_some_and(|s| s.block_range(*c).is_ok())
+            })
+            .collect();
+        let reason = match kind {
+            SkipKind::Invalid => format!("spec.podCIDRs {}: {error}", join(parsed)),
+            _ => format!("its podCIDRs cannot be used with this configuration: {error}"),
+        };
+        Err(SkipReport {
+            kind,
+            reason,
+            reservable,
+        })
+    }
+
+    /// The reason a podCIDR of `node` cannot be kept because another Node holds an overlapping
+    /// range, or `None`.
+    fn overlap_with_other_node(&self, node: &NodeView, parsed: &[Cidr]) -> Option<String> {
+        for cidr in parsed {
+            // Every record's held blocks are allocated in the pool, so a CIDR whose blocks are all
+            // free overlaps no other Node: skip the scan (start-up over n Nodes stays ~linear;
+            // collecting and sorting every record per Node took a minute for 10k Nodes).
+            let surely_free = self
+                .pool
+                .set_for(cidr.family())
+                .is_some_and(|set| matches!(set.allocated_in(*cidr), Ok(0)));
+            if surely_free {
+                continue;
+            }
+            // The least (name, CIDR) that overlaps, so the reason does not depend on map order.
+            let holder = self
+                .nodes
+                .iter()
+                .filter(|(name, _)| **name != node.name)
+                .flat_map(|(name, r)| r.held.iter().map(move |c| (name, c)))
+                .filter(|(_, c)| c.overlaps(cidr))
+                .min();
+            if let Some((other, theirs)) = holder {
+                return Some(format!(
+                    "podCIDR {cidr} overlaps {theirs} held by Node {other}"
+                ));
+            }
+        }
+        None
+    }
+}
+
+/// Parses a Node's podCIDRs (`raw`, [`NodeView::raw_pod_cidrs`]) as kube-controller-manager
+/// does, and checks `spec.podCIDR` agrees with `spec.podCIDRs[0]`. A failure is
+/// [`SkipKind::Invalid`], keeping reserved whatever did parse.
+fn parse_existing(node: &NodeView, raw: &[String]) -> Result<Vec<Cidr>, SkipReport> {
+    let mut parsed = Vec::new();
+    let mut bad = None;
+    for (index, text) in raw.iter().enumerate() {
+        // Not trimmed: the API server rejects podCIDRs with surrounding whitespace, and a CNI
+        // reading the Node would not parse them either. Leading zeros (`010.0.50.0/24`) are
+        // read as decimal, as kube-controller-manager's ParseCIDRSloppy reads them.
+        match Cidr::parse_sloppy(text) {
+            Ok((cidr, _)) => parsed.push(cidr),
+            Err(error) => {
+                if bad.is_none() {
+                    bad = Some(format!(
+                        "spec.podCIDRs[{index}] {text:?} is not a valid CIDR ({error})"
+                    ));
+                }
+            }
+        }
+    }
+    let invalid = |reason: String, reservable: Vec<Cidr>| SkipReport {
+        kind: SkipKind::Invalid,
+        reason,
+        reservable,
+    };
+    if let Some(reason) = bad {
+        return Err(invalid(reason, parsed));
+    }
+    if let (Some(first_text), Some(first)) = (&node.pod_cidr, parsed.first())
+        && !node.pod_cidrs.is_empty()
+        && Cidr::parse_sloppy(first_text).map(|(c, _)| c) != Ok(*first)
+    {
+        return Err(invalid(
+            format!("spec.podCIDR {first_text:?} differs from spec.podCIDRs[0] {first}"),
+            parsed,
+        ));
+    }
+    Ok(parsed)
+}
+
+/// Why a Node is skipped, and which of its CIDRs to keep reserved.
+struct SkipReport {
+    kind: SkipKind,
+    reason: String,
+    reservable: Vec<Cidr>,
+}
