@@ -720,11 +720,13 @@ mod tests {
     use std::vec;
     use std::vec::Vec;
 
-    fn cidr(text: &str) -> Cidr {
+    /// A CIDR from test text.
+    pub(super) fn cidr(text: &str) -> Cidr {
         Cidr::parse(text).unwrap()
     }
 
-    fn set(cluster: &str, mask: u8) -> CidrSet<Vec<u64>> {
+    /// A fresh set over `cluster` cut into `/mask` blocks, on heap storage.
+    pub(super) fn set(cluster: &str, mask: u8) -> CidrSet<Vec<u64>> {
         let c = cidr(cluster);
         CidrSet::new(c, mask, vec![0; storage_words_for(c.prefix_len(), mask)]).unwrap()
     }

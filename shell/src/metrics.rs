@@ -189,13 +189,8 @@ mod tests {
     use crate::node_pools::{MaskRule, NodePools, RuleOrigin};
     use crate::reconcile::{Allocator, NodeView};
 
-    /// The pool gauges of a node-pool cluster count grid blocks, and the largest free block
-    /// shrinks as a large-pool Node is served.
-    #[test]
-    fn pool_gauges_count_grid_blocks() {
-        let recorder = prometheus_builder().build_recorder();
-        let handle = recorder.handle();
-        let _guard = metrics::set_default_local_recorder(&recorder);
+    /// 10.244.0.0/22 on a /26 grid: `agentpool=big` Nodes get /23s, `agentpool=small` /26s.
+    fn node_pool_allocator() -> Allocator {
         let config =
             nodeipam_core::config::validate("10.244.0.0/22", "", Default::default()).unwrap();
         let pools = NodePools {
@@ -205,22 +200,38 @@ mod tests {
             ],
             ..NodePools::default()
         };
-        let mut allocator =
-            Allocator::with_sizing(&config, pools.sizing(&config).unwrap()).unwrap();
-        let node = |name: &str, pool: &str| NodeView {
+        Allocator::with_sizing(&config, pools.sizing(&config).unwrap()).unwrap()
+    }
+
+    /// A Node of node pool `pool`.
+    fn node(name: &str, pool: &str) -> NodeView {
+        NodeView {
             name: name.into(),
             uid: Some(format!("uid-{name}")),
             labels: [("agentpool".to_owned(), pool.to_owned())].into(),
             ..NodeView::default()
-        };
-        let value = |name: &str| -> Option<f64> {
-            handle.render().lines().find_map(|line| {
-                line.strip_prefix(name)?
-                    .strip_prefix("{clusterCIDR=\"10.244.0.0/22\"} ")?
-                    .parse()
-                    .ok()
-            })
-        };
+        }
+    }
+
+    /// The value of metric `name` for the cluster CIDR 10.244.0.0/22, as rendered.
+    fn rendered_value(handle: &PrometheusHandle, name: &str) -> Option<f64> {
+        handle.render().lines().find_map(|line| {
+            line.strip_prefix(name)?
+                .strip_prefix("{clusterCIDR=\"10.244.0.0/22\"} ")?
+                .parse()
+                .ok()
+        })
+    }
+
+    /// The pool gauges of a node-pool cluster count grid blocks, and the largest free block
+    /// shrinks as a large-pool Node is served.
+    #[test]
+    fn pool_gauges_count_grid_blocks() {
+        let recorder = prometheus_builder().build_recorder();
+        let handle = recorder.handle();
+        let _guard = metrics::set_default_local_recorder(&recorder);
+        let mut allocator = node_pool_allocator();
+        let value = |name: &str| rendered_value(&handle, name);
         set_largest_free_gauges(&allocator.largest_free_blocks());
         assert_eq!(value(m::CIDRSET_LARGEST_FREE_ALIGNED_BLOCKS), Some(16.0));
         for (name, pool) in [("small-1", "small"), ("big-1", "big")] {
@@ -250,31 +261,8 @@ mod tests {
         let recorder = prometheus_builder().build_recorder();
         let handle = recorder.handle();
         let _guard = metrics::set_default_local_recorder(&recorder);
-        let config =
-            nodeipam_core::config::validate("10.244.0.0/22", "", Default::default()).unwrap();
-        let pools = NodePools {
-            rules: vec![
-                MaskRule::parse("agentpool=big:ipv4=23", RuleOrigin::Flag { index: 1 }).unwrap(),
-                MaskRule::parse("agentpool=small:ipv4=26", RuleOrigin::Flag { index: 2 }).unwrap(),
-            ],
-            ..NodePools::default()
-        };
-        let mut allocator =
-            Allocator::with_sizing(&config, pools.sizing(&config).unwrap()).unwrap();
-        let node = |name: &str, pool: &str| NodeView {
-            name: name.into(),
-            uid: Some(format!("uid-{name}")),
-            labels: [("agentpool".to_owned(), pool.to_owned())].into(),
-            ..NodeView::default()
-        };
-        let value = |name: &str| -> Option<f64> {
-            handle.render().lines().find_map(|line| {
-                line.strip_prefix(name)?
-                    .strip_prefix("{clusterCIDR=\"10.244.0.0/22\"} ")?
-                    .parse()
-                    .ok()
-            })
-        };
+        let mut allocator = node_pool_allocator();
+        let value = |name: &str| rendered_value(&handle, name);
         for (name, pool) in [("small-1", "small"), ("big-1", "big")] {
             for event in &allocator.decide(&node(name, pool)).metrics {
                 apply(event);

@@ -254,19 +254,8 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> CidrSet<S> {
 #[cfg(test)]
 mod tests {
     extern crate std;
-    use super::super::storage_words_for;
     use super::*;
-    use std::vec;
-    use std::vec::Vec;
-
-    fn cidr(text: &str) -> Cidr {
-        Cidr::parse(text).unwrap()
-    }
-
-    fn set(cluster: &str, grid: u8) -> CidrSet<Vec<u64>> {
-        let c = cidr(cluster);
-        CidrSet::new(c, grid, vec![0; storage_words_for(c.prefix_len(), grid)]).unwrap()
-    }
+    use crate::cidr_set::tests::{cidr, set};
 
     fn first_fit(prefix_len: u8) -> BlockRequest {
         BlockRequest {

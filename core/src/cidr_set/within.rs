@@ -104,6 +104,36 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> CidrSet<S> {
         Ok((first, last, cidr))
     }
 
+    /// [`CidrSet::range_blocks`] plus the size, in grid blocks, of an aligned block of
+    /// `prefix_len` bits, checked to fit between the range's prefix and the grid. Then the range
+    /// spans a whole number of such blocks and its first grid block is a multiple of the size.
+    fn range_groups(
+        &self,
+        range: &PoolRange,
+        prefix_len: u8,
+    ) -> Result<(u32, u32, Cidr, u32), AllocError> {
+        let (low, high, range_cidr) = self.range_blocks(range)?;
+        if prefix_len < range_cidr.prefix_len() {
+            return Err(AllocError::BlockLargerThanRange {
+                prefix_len,
+                range: range_cidr,
+            });
+        }
+        if prefix_len > self.node_mask_size {
+            return Err(AllocError::InvalidBlockPrefixLen {
+                prefix_len,
+                cluster_cidr: self.cluster_cidr,
+                node_mask_size: self.node_mask_size,
+            });
+        }
+        Ok((
+            low,
+            high,
+            range_cidr,
+            1u32 << (self.node_mask_size - prefix_len),
+        ))
+    }
+
     /// Where `request` would go within `range`, without changing anything: the first entirely free
     /// aligned block of `request.prefix_len` bits inside the range, searched as
     /// [`CidrSet::find_block`] searches the whole set — from the range's cursor rounded up to the
@@ -126,27 +156,11 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> CidrSet<S> {
         range: &PoolRange,
         request: BlockRequest,
     ) -> Result<RangeCandidate, AllocError> {
-        let (low, high, range_cidr) = self.range_blocks(range)?;
         let BlockRequest {
             prefix_len,
             placement,
         } = request;
-        if prefix_len < range_cidr.prefix_len() {
-            return Err(AllocError::BlockLargerThanRange {
-                prefix_len,
-                range: range_cidr,
-            });
-        }
-        if prefix_len > self.node_mask_size {
-            return Err(AllocError::InvalidBlockPrefixLen {
-                prefix_len,
-                cluster_cidr: self.cluster_cidr,
-                node_mask_size: self.node_mask_size,
-            });
-        }
-        // range prefix ≤ prefix_len ≤ node mask: the range spans a whole number of aligned
-        // groups and `low` is a multiple of the group.
-        let group = 1u32 << (self.node_mask_size - prefix_len);
+        let (low, high, range_cidr, group) = self.range_groups(range, prefix_len)?;
         let span = high - low + 1;
         let start_offset = match placement {
             Placement::FirstFit => 0,
@@ -264,21 +278,7 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> CidrSet<S> {
     /// As [`CidrSet::find_block_within`] for the range and the prefix length (no
     /// [`AllocError::Exhausted`]: a full range gives 0).
     pub fn free_blocks_within(&self, range: &PoolRange, prefix_len: u8) -> Result<u32, AllocError> {
-        let (low, high, range_cidr) = self.range_blocks(range)?;
-        if prefix_len < range_cidr.prefix_len() {
-            return Err(AllocError::BlockLargerThanRange {
-                prefix_len,
-                range: range_cidr,
-            });
-        }
-        if prefix_len > self.node_mask_size {
-            return Err(AllocError::InvalidBlockPrefixLen {
-                prefix_len,
-                cluster_cidr: self.cluster_cidr,
-                node_mask_size: self.node_mask_size,
-            });
-        }
-        let group = 1u32 << (self.node_mask_size - prefix_len);
+        let (low, high, _, group) = self.range_groups(range, prefix_len)?;
         let mut free = 0;
         if group <= 64 {
             for word_index in low / 64..=high / 64 {
@@ -390,21 +390,12 @@ fn host_mask(max_prefix_len: u8, prefix_len: u8) -> u128 {
 #[cfg(test)]
 mod tests {
     extern crate std;
-    use super::super::storage_words_for;
     use super::*;
+    use crate::cidr_set::tests::{cidr, set};
     use proptest::prelude::*;
     use std::format;
     use std::vec;
     use std::vec::Vec;
-
-    fn cidr(text: &str) -> Cidr {
-        Cidr::parse(text).unwrap()
-    }
-
-    fn set(cluster: &str, grid: u8) -> CidrSet<Vec<u64>> {
-        let c = cidr(cluster);
-        CidrSet::new(c, grid, vec![0; storage_words_for(c.prefix_len(), grid)]).unwrap()
-    }
 
     fn request(prefix_len: u8, placement: Placement) -> BlockRequest {
         BlockRequest {

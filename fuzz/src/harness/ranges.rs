@@ -28,15 +28,14 @@ fn bounds(model: &SetModel, range: &RangeModel) -> Result<(u32, u32, Cidr), Allo
     Ok((first, last, cidr))
 }
 
-/// What `find_block_within` must return: `(first block, group, tries)`, searched position by
-/// position over the range's aligned positions from the rounded-up cursor, wrapping.
-fn expect_find(
+/// `bounds` plus the size in grid blocks of a `prefix_len` block, which must fit between the
+/// range's prefix and the grid (the errors `find_block_within` and `free_blocks_within` give).
+fn groups(
     model: &SetModel,
     range: &RangeModel,
-    request: BlockRequest,
-) -> Result<(u32, u32, u32), AllocError> {
+    prefix_len: u8,
+) -> Result<(u32, u32, Cidr, u64), AllocError> {
     let (low, high, range_cidr) = bounds(model, range)?;
-    let prefix_len = request.prefix_len;
     if prefix_len < range_cidr.prefix_len() {
         return Err(AllocError::BlockLargerThanRange {
             prefix_len,
@@ -51,6 +50,17 @@ fn expect_find(
         });
     }
     let group = 1u64 << (model.node_mask_size - prefix_len);
+    Ok((low, high, range_cidr, group))
+}
+
+/// What `find_block_within` must return: `(first block, group, tries)`, searched position by
+/// position over the range's aligned positions from the rounded-up cursor, wrapping.
+fn expect_find(
+    model: &SetModel,
+    range: &RangeModel,
+    request: BlockRequest,
+) -> Result<(u32, u32, u32), AllocError> {
+    let (low, high, range_cidr, group) = groups(model, range, request.prefix_len)?;
     let span = u64::from(high - low) + 1;
     let positions = span / group;
     let start = match request.placement {
@@ -76,21 +86,7 @@ fn expect_find(
 
 /// Free aligned blocks of `prefix_len` inside the range, counted position by position.
 fn expect_free(model: &SetModel, range: &RangeModel, prefix_len: u8) -> Result<u32, AllocError> {
-    let (low, high, range_cidr) = bounds(model, range)?;
-    if prefix_len < range_cidr.prefix_len() {
-        return Err(AllocError::BlockLargerThanRange {
-            prefix_len,
-            range: range_cidr,
-        });
-    }
-    if prefix_len > model.node_mask_size {
-        return Err(AllocError::InvalidBlockPrefixLen {
-            prefix_len,
-            cluster_cidr: model.cluster_cidr,
-            node_mask_size: model.node_mask_size,
-        });
-    }
-    let group = 1u64 << (model.node_mask_size - prefix_len);
+    let (low, high, _, group) = groups(model, range, prefix_len)?;
     let mut free = 0;
     let mut first = u64::from(low);
     while first <= u64::from(high) {
