@@ -2336,9 +2336,7 @@ async fn lists_watches_leases_events_and_conflicts_are_answered_like_the_sandbox
     let sb = nodeipam_tests::sandbox::Sandbox::start(Value::Null).await;
     let sandbox_client = sb.client();
     let (mut real_captures, mut sandbox_captures) = (BTreeMap::new(), BTreeMap::new());
-    let mut compared = 0;
-    let mut kept = 0;
-    let mut differences = Vec::new();
+    let mut tally = fidelity::Tally::default();
     for (set, steps) in &sets {
         if *set == KEPT_SET {
             let revision = cluster.compact_etcd().await.unwrap();
@@ -2347,35 +2345,7 @@ async fn lists_watches_leases_events_and_conflicts_are_answered_like_the_sandbox
         }
         let real = fidelity::replay(&admin, steps, &mut real_captures).await;
         let sandbox = fidelity::replay(&sandbox_client, steps, &mut sandbox_captures).await;
-        for ((step, real), sandbox) in steps.iter().zip(&real).zip(&sandbox) {
-            compared += 1;
-            let same = real.code == sandbox.code
-                && real.reason == sandbox.reason
-                && real.fields == sandbox.fields;
-            eprintln!(
-                "| {set} | {} | {} {} {:?} | {} | {:?} / {:?} |",
-                step.what,
-                real.code,
-                real.reason,
-                real.fields,
-                if same {
-                    "same".to_owned()
-                } else {
-                    format!("{} {} {:?}", sandbox.code, sandbox.reason, sandbox.fields)
-                },
-                real.message,
-                sandbox.message
-            );
-            if let (false, Some(why)) = (same, step.kept) {
-                eprintln!("  kept: {why}");
-                kept += 1;
-            } else if !same {
-                differences.push(format!(
-                    "{set}: {}: real {real:?}, sandbox {sandbox:?}",
-                    step.what
-                ));
-            }
-        }
+        tally.compare(set, steps.iter(), &real, &sandbox);
     }
     sb.shutdown().await;
     drop(cluster);
@@ -2404,41 +2374,15 @@ async fn lists_watches_leases_events_and_conflicts_are_answered_like_the_sandbox
     real.extend(fidelity::replay(&admin, &after, &mut real_captures).await);
     sandbox.extend(fidelity::replay(&sandbox_client, &after, &mut sandbox_captures).await);
     let set = "etcd compaction, no watch cache";
-    for ((step, real), sandbox) in before.iter().chain(&after).zip(&real).zip(&sandbox) {
-        compared += 1;
-        let same = real.code == sandbox.code
-            && real.reason == sandbox.reason
-            && real.fields == sandbox.fields;
-        eprintln!(
-            "| {set} | {} | {} {} {:?} | {} | {:?} / {:?} |",
-            step.what,
-            real.code,
-            real.reason,
-            real.fields,
-            if same {
-                "same".to_owned()
-            } else {
-                format!("{} {} {:?}", sandbox.code, sandbox.reason, sandbox.fields)
-            },
-            real.message,
-            sandbox.message
-        );
-        if let (false, Some(why)) = (same, step.kept) {
-            eprintln!("  kept: {why}");
-            kept += 1;
-        } else if !same {
-            differences.push(format!(
-                "{set}: {}: real {real:?}, sandbox {sandbox:?}",
-                step.what
-            ));
-        }
-    }
+    tally.compare(set, before.iter().chain(&after), &real, &sandbox);
     sb.shutdown().await;
     eprintln!(
-        "{compared} requests compared, {} differences, {kept} kept (tests/FIDELITY.md says why)",
-        differences.len()
+        "{} requests compared, {} differences, {} kept (tests/FIDELITY.md says why)",
+        tally.compared,
+        tally.differences.len(),
+        tally.kept
     );
-    assert!(differences.is_empty(), "{differences:#?}");
+    assert!(tally.differences.is_empty(), "{:#?}", tally.differences);
 }
 
 /// The seed whose schedule [`chaos_schedule_steps`] replays.

@@ -25,7 +25,7 @@ use super::waiters::Waiters;
 use super::window::WriteWindow;
 use super::{CONTROLLER_NAME, Health, WorkQueue, WriteLimiter};
 use crate::reconcile::{
-    Action, Allocator, Decision, EventSpec, MetricEvent, Next, NodeName, PatchOutcome,
+    Action, Allocator, Decision, EventSpec, MetricEvent, Next, NodeName, PatchOutcome, join,
 };
 use crate::{Error, metric_names, metrics as m};
 
@@ -588,14 +588,6 @@ fn log_settled(
     {
         tracing::info!(node = %name, pod_cidrs = %join(pod_cidrs), settled_by = by, "assigned pod CIDRs (the write's outcome was unknown; {by} shows it applied)");
     }
-}
-
-fn join(cidrs: &[Cidr]) -> String {
-    cidrs
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 #[cfg(test)]

@@ -386,7 +386,8 @@ fn deleting_reason() -> String {
         .to_owned()
 }
 
-fn join(cidrs: &[Cidr]) -> String {
+/// CIDRs as comma-separated text (`10.244.1.0/24,fd00:10:244:1::/64`), for messages.
+pub(crate) fn join(cidrs: &[Cidr]) -> String {
     cidrs
         .iter()
         .map(ToString::to_string)

@@ -92,6 +92,60 @@ pub struct Reduced {
     pub message: String,
 }
 
+/// The running count of a comparison: requests compared, differences kept with a reason, and
+/// the unexplained ones (which fail the test).
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// Requests compared.
+    pub compared: usize,
+    /// Differences the step marks as kept (`Step::kept`), with the reason printed.
+    pub kept: usize,
+    /// Unexplained differences, one line each.
+    pub differences: Vec<String>,
+}
+
+impl Tally {
+    /// Compares each step's real answer with the sandbox's (code, `reason`, fields; messages are
+    /// printed only) and prints one table row per request.
+    pub fn compare<'a>(
+        &mut self,
+        set: &str,
+        steps: impl Iterator<Item = &'a Step>,
+        real: &[Reduced],
+        sandbox: &[Reduced],
+    ) {
+        for ((step, real), sandbox) in steps.zip(real).zip(sandbox) {
+            self.compared += 1;
+            let same = real.code == sandbox.code
+                && real.reason == sandbox.reason
+                && real.fields == sandbox.fields;
+            eprintln!(
+                "| {set} | {} | {} {} {:?} | {} | {:?} / {:?} |",
+                step.what,
+                real.code,
+                real.reason,
+                real.fields,
+                if same {
+                    "same".to_owned()
+                } else {
+                    format!("{} {} {:?}", sandbox.code, sandbox.reason, sandbox.fields)
+                },
+                real.message,
+                sandbox.message
+            );
+            if let (false, Some(why)) = (same, step.kept) {
+                eprintln!("  kept: {why}");
+                self.kept += 1;
+            } else if !same {
+                self.differences.push(format!(
+                    "{set}: {}: real {real:?}, sandbox {sandbox:?}",
+                    step.what
+                ));
+            }
+        }
+    }
+}
+
 fn substitute(text: &str, captured: &BTreeMap<String, String>) -> String {
     let mut out = text.to_owned();
     for (name, value) in captured {
