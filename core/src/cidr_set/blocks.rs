@@ -227,8 +227,7 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> CidrSet<S> {
             group,
             tries,
         } = candidate;
-        let changed = self.set_range(first, first + (group - 1), false);
-        self.allocated_count += changed;
+        self.take_range(first, group);
         if placement == Placement::NextFromCursor {
             let end = first + group;
             self.next_candidate = if end >= self.block_count { 0 } else { end };
@@ -238,6 +237,19 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> CidrSet<S> {
             first_block_index: first,
             block_count: group,
             tries,
+        }
+    }
+
+    /// Marks grid blocks `first .. first + group` allocated and counts the ones that were free
+    /// (one grid block: `allocate_next`'s single-bit update, the summaries touched only when its
+    /// word empties).
+    pub(super) fn take_range(&mut self, first: u32, group: u32) {
+        if group == 1 {
+            self.mark_used(first);
+            self.allocated_count += 1;
+        } else {
+            let changed = self.set_range(first, first + (group - 1), false);
+            self.allocated_count += changed;
         }
     }
 

@@ -232,15 +232,7 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> CidrSet<S> {
         if !fits || self.count_free(first, first + (group - 1)) != group {
             return Err(AllocError::StaleCandidate { range: range.cidr });
         }
-        if group == 1 {
-            // One grid block: `allocate_next`'s single-bit update (summaries only when the word
-            // empties).
-            self.mark_used(first);
-            self.allocated_count += 1;
-        } else {
-            let changed = self.set_range(first, first + (group - 1), false);
-            self.allocated_count += changed;
-        }
+        self.take_range(first, group);
         if placement == Placement::NextFromCursor {
             let end = first - low + group;
             range.cursor = if end > high - low { 0 } else { end };

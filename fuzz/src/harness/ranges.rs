@@ -53,6 +53,16 @@ fn groups(
     Ok((low, high, range_cidr, group))
 }
 
+/// Whether the model's grid blocks `first .. first + group` are all free.
+fn all_free(model: &SetModel, first: u64, group: u64) -> bool {
+    let last = first + group - 1;
+    model
+        .allocated
+        .range(first as u32..=last as u32)
+        .next()
+        .is_none()
+}
+
 /// What `find_block_within` must return: `(first block, group, tries)`, searched position by
 /// position over the range's aligned positions from the rounded-up cursor, wrapping.
 fn expect_find(
@@ -69,13 +79,7 @@ fn expect_find(
     };
     for tries in 0..positions {
         let first = u64::from(low) + ((start + tries) % positions) * group;
-        let last = first + group - 1;
-        if model
-            .allocated
-            .range(first as u32..=last as u32)
-            .next()
-            .is_none()
-        {
+        if all_free(model, first, group) {
             return Ok((first as u32, group as u32, tries as u32));
         }
     }
@@ -90,13 +94,7 @@ fn expect_free(model: &SetModel, range: &RangeModel, prefix_len: u8) -> Result<u
     let mut free = 0;
     let mut first = u64::from(low);
     while first <= u64::from(high) {
-        let last = first + group - 1;
-        if model
-            .allocated
-            .range(first as u32..=last as u32)
-            .next()
-            .is_none()
-        {
+        if all_free(model, first, group) {
             free += 1;
         }
         first += group;
