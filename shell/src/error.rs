@@ -34,9 +34,9 @@ pub enum Error {
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
     /// The leader-election Lease could not be managed.
-    /// (Its message is the [`crate::controller::LeaderError`]'s, which names leader election.)
+    /// (Its message is the [`crate::leader::LeaderError`]'s, which names leader election.)
     #[error(transparent)]
-    LeaderElection(crate::controller::LeaderError),
+    LeaderElection(crate::leader::LeaderError),
     /// This instance was the leader and lost the Lease (upstream exits then; so do we).
     #[error("leader election: lost the Lease")]
     LeadershipLost,
@@ -117,6 +117,15 @@ impl Error {
     }
 }
 
+impl From<crate::client::ClientConfigError> for Error {
+    fn from(error: crate::client::ClientConfigError) -> Error {
+        Error::ClientConfig {
+            origin: error.origin,
+            message: error.message,
+        }
+    }
+}
+
 impl Error {
     /// A [`Error::ClientConfig`] from `origin` (a flag or file) and what is wrong with it.
     pub fn client_config(origin: impl Into<String>, message: impl Into<String>) -> Error {
@@ -130,7 +139,7 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::LeaderError;
+    use crate::leader::LeaderError;
 
     /// The leader-election error names leader election once (it printed "leader election: leader
     /// election: lost the Lease …" when both layers added the prefix) and the new holder by name

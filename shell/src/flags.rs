@@ -27,6 +27,7 @@ use crate::node_pools::{LabelRange, MaskRule, NodePoolError, NodePools, RuleOrig
 
 pub mod kcm;
 pub mod pflag;
+pub mod serving;
 
 /// kube-controller-manager's allocator type: every Node gets the node CIDR mask size (default).
 pub const RANGE_ALLOCATOR: &str = "RangeAllocator";
@@ -65,9 +66,9 @@ pub struct Cli {
     #[command(flatten)]
     pub compat: CompatFlags,
     /// Secure serving (issue 9): `--secure-port`, `--bind-address`, `--tls-*-file`,
-    /// `--authentication-kubeconfig`, `--authorization-*` (see [`crate::serving`]).
+    /// `--authentication-kubeconfig`, `--authorization-*` (see [`serving`], [`crate::serving`]).
     #[command(flatten)]
-    pub serving: crate::serving::SecureServingFlags,
+    pub serving: serving::SecureServingFlags,
 }
 
 /// `--help`'s closing section: the environment and the exit statuses.

@@ -2,22 +2,30 @@
 //! `CloudAllocator`) around `nodeipam-core`.
 //!
 //! - [`flags`]: kube-controller-manager's command line (clap, pflag's syntax, every kcm/ccm flag
-//!   and our own in [`flags::kcm::KCM_FLAGS`]);
+//!   and our own in [`flags::kcm::KCM_FLAGS`], the secure-serving flags in [`flags::serving`]);
 //! - [`logging`]: `-v` and `--logging-format` onto tracing; [`startup`]: the start-up lines;
-//! - [`diagnostics`]: the recommended diagnostics (R05, R08, R10, R11, R13);
+//! - [`reconcile`]: the pure decision logic (which patch, event, metric for a Node), with
+//!   [`diagnostics`] (the recommended diagnostics R05, R08, R10, R11, R13) as its child;
 //! - [`nodelist`]: streaming NodeList reader;
-//! - [`reconcile`]: the pure decision logic (which patch, event, metric for a Node);
 //! - [`node_pools`]: per-Node mask sizes from rules and labels (`CloudAllocator`);
 //! - [`plan`]: the offline `plan` subcommand;
+//! - [`client`]: the Kubernetes client configuration from the flags; [`kube_error`]: reading the
+//!   client's errors; [`health`]: health, readiness and the `/metrics` router;
+//! - [`leader`]: leader election over a Lease and the write fence;
 //! - [`controller`]: the tokio/kube-rs runner, [`controller::run`];
 //! - [`serving`]: the secure port (HTTPS, delegated authentication and authorization).
+//!
+//! Each module imports only modules it does not share a circle with (`.ci/import-circles`).
 
 pub mod build_info;
+pub mod client;
 pub mod compact;
 pub mod controller;
-pub mod diagnostics;
 pub mod error;
 pub mod flags;
+pub mod health;
+pub mod kube_error;
+pub mod leader;
 pub mod logging;
 pub mod metric_names;
 pub mod metrics;
@@ -32,3 +40,6 @@ pub mod startup;
 mod test_support;
 
 pub use error::Error;
+/// The recommended diagnostics (a child of [`reconcile`]: its findings become the events of the
+/// decisions; also read by `plan` and the start-up lines).
+pub use reconcile::diagnostics;

@@ -168,7 +168,7 @@ fn run_controller(
         let client = if ipam.is_some() || cli.serving.enabled() {
             match controller::client_from_flags(flags).await {
                 Ok(client) => Some(client),
-                Err(e) => return fail(&e),
+                Err(e) => return fail(&e.into()),
             }
         } else {
             None

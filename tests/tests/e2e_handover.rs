@@ -16,7 +16,8 @@ use common::{
     WAIT, agent, fast_config, init_tracing, ipam, late_write_first_patch, masks, node_like,
     pod_cidrs, spawn_as,
 };
-use nodeipam::controller::{ControllerConfig, LeaderElection};
+use nodeipam::controller::ControllerConfig;
+use nodeipam::leader::LeaseConfig;
 use nodeipam_tests::monitor::OverlapMonitor;
 use nodeipam_tests::sandbox::{
     FaultAction, FaultRule, LateAnswer, LateWriteOutcome, Resource, Sandbox, SandboxHandle, Verb,
@@ -35,7 +36,7 @@ const LEASE_NAME: &str = "nodeipam-controller";
 /// and a released Lease is taken within 200 ms.
 fn config(ipam: &nodeipam_core::IpamConfig, identity: &str) -> ControllerConfig {
     let mut config = fast_config(ipam.clone());
-    config.leader_election = Some(LeaderElection {
+    config.leader_election = Some(LeaseConfig {
         namespace: "kube-system".to_owned(),
         name: LEASE_NAME.to_owned(),
         identity: identity.to_owned(),

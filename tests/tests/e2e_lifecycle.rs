@@ -12,7 +12,7 @@ use common::{
     WAIT, assert_no_cidr_handed_out_twice, check_end_state, events_with_reason, fast_config,
     init_tracing, ipam, masks, node_like, pod_cidrs, spawn, template_node, unserved, used,
 };
-use nodeipam::controller::LeaderElection;
+use nodeipam::leader::LeaseConfig;
 use nodeipam::reasons;
 use nodeipam_tests::sandbox::{PatchType, Sandbox, fixture};
 use serde_json::json;
@@ -284,8 +284,8 @@ async fn restart_mid_run_hands_out_no_cidr_twice() {
     sb.shutdown().await;
 }
 
-fn election(identity: &str) -> LeaderElection {
-    LeaderElection {
+fn election(identity: &str) -> LeaseConfig {
+    LeaseConfig {
         namespace: "kube-system".to_owned(),
         name: "nodeipam-controller".to_owned(),
         identity: identity.to_owned(),

@@ -11,8 +11,8 @@ mod common;
 use std::time::Duration;
 
 use common::{WAIT, fast_config, init_tracing, ipam, masks, spawn};
-use nodeipam::controller::leader::{LeaderElector, Leadership, LeaseConfig};
-use nodeipam::controller::{LeaderElection, serve_health as serve};
+use nodeipam::controller::serve_health as serve;
+use nodeipam::leader::{LeaderElector, Leadership, LeaseConfig};
 use nodeipam_tests::sandbox::{FaultAction, FaultRule, Resource, Sandbox, Verb};
 use serde_json::Value;
 use tokio::sync::{oneshot, watch};
@@ -80,7 +80,7 @@ async fn a_standby_that_cannot_read_the_lease_is_not_ready_and_the_leader_gauge_
         .unwrap();
 
     let mut config = fast_config(ipam("10.30.0.0/22", "", masks(None, None, None)));
-    config.leader_election = Some(LeaderElection {
+    config.leader_election = Some(LeaseConfig {
         namespace: NAMESPACE.to_owned(),
         name: LEASE.to_owned(),
         identity: "standby".to_owned(),

@@ -1,4 +1,4 @@
-//! `nodeipam::controller::leader` against the sandbox API server: real HTTP, real resourceVersion
+//! `nodeipam::leader` against the sandbox API server: real HTTP, real resourceVersion
 //! conflicts. Time here is the wall clock of a shared machine, so nothing asserts how long
 //! anything took: hand-over speed is checked by counting the standby's tries in the sandbox's
 //! request log (tries are never closer than one retry period), and the lease-duration wait by the
@@ -11,7 +11,7 @@ use axum::http::{HeaderValue, header::USER_AGENT};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
-use nodeipam::controller::leader::{LeaderElector, LeaderError, Leadership, LeaseConfig};
+use nodeipam::leader::{LeaderElector, LeaderError, Leadership, LeaseConfig};
 use nodeipam_tests::sandbox::{FaultAction, RequestRecord, Resource, Sandbox, SandboxHandle, Verb};
 use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};

@@ -22,7 +22,7 @@ use common::{WAIT, fast_config, init_tracing, ipam, spawn, unserved};
 use deploy::{named, of_kind, rendered, round_trip};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
-use nodeipam::controller::LeaderElection;
+use nodeipam::leader::LeaseConfig;
 use nodeipam_tests::sandbox::{
     AccessTable, FaultAction, RequestRecord, Resource, Sandbox, SandboxOptions, Subject, Verb,
     fixture,
@@ -275,7 +275,7 @@ async fn rbac_rules_equal_the_api_calls_the_controller_makes() {
         "",
         common::masks(Some(24), None, None),
     ));
-    config.leader_election = Some(LeaderElection {
+    config.leader_election = Some(LeaseConfig {
         namespace: cli.controller.leader_elect_resource_namespace.clone(),
         name: cli.controller.leader_elect_resource_name.clone(),
         identity: "rbac-test_1".to_owned(),

@@ -11,7 +11,7 @@
 //! Every test FAILS (never skips) when `NODEIPAM_UPSTREAM_BIN` is missing or the servers cannot
 //! start. Each test starts its own etcd + kube-apiserver (harness: `nodeipam_tests::real_apiserver`)
 //! and the controller in-process (`nodeipam::controller::run`) with a client built by the
-//! controller's own kubeconfig loading (`controller::client::config_from_kubeconfig`), as the
+//! controller's own kubeconfig loading (`client::config_from_kubeconfig`), as the
 //! binary does with `--kubeconfig`.
 //!
 //! Issue 16's list, by test: (1) `every_fixture_ends_with_plans_pod_cidrs_on_the_real_server`,
@@ -103,7 +103,7 @@ async fn controller_client(cluster: &RealCluster) -> Client {
     let path = cluster
         .kubeconfig("controller", nodeipam_tests::real_apiserver::ADMIN_TOKEN)
         .unwrap();
-    let config = nodeipam::controller::client::config_from_kubeconfig(&path)
+    let config = nodeipam::client::config_from_kubeconfig(&path)
         .await
         .unwrap();
     Client::try_from(config).unwrap()
@@ -1428,7 +1428,7 @@ async fn deploy_rbac_is_enough_on_the_real_server() {
     // The ServiceAccount's token from the real TokenRequest API.
     let token = request_token(&admin, "kube-system", "nodeipam-controller").await;
     let path = cluster.kubeconfig("nodeipam-sa", &token).unwrap();
-    let config = nodeipam::controller::client::config_from_kubeconfig(&path)
+    let config = nodeipam::client::config_from_kubeconfig(&path)
         .await
         .unwrap();
     let client = Client::try_from(config).unwrap();
@@ -1795,7 +1795,7 @@ async fn rbac_rules_are_each_needed_on_the_real_server() {
         apply_rbac(&admin, &variant.docs).await;
         let token = request_token(&admin, "kube-system", &variant.account).await;
         let path = cluster.kubeconfig(&variant.account, &token).unwrap();
-        let config = nodeipam::controller::client::config_from_kubeconfig(&path)
+        let config = nodeipam::client::config_from_kubeconfig(&path)
             .await
             .unwrap();
         let client = Client::try_from(config).unwrap();

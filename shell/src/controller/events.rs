@@ -27,7 +27,7 @@ use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use tokio::sync::mpsc;
 
 use super::WriteLimiter;
-use super::patch;
+
 use crate::metric_names;
 use crate::reconcile::{EventKind, EventSpec, NodeName};
 
@@ -171,7 +171,7 @@ async fn write_one(recorder: &Recorder, pending: &PendingEvent, request_timeout:
     match tokio::time::timeout(request_timeout, recorder.publish(&kube_event, &reference)).await {
         Ok(Ok(())) => {}
         Ok(Err(error)) => {
-            tracing::warn!(node = %node, error = %patch::error_chain(&error), reason = event.reason, "publishing an event failed");
+            tracing::warn!(node = %node, error = %crate::kube_error::error_chain(&error), reason = event.reason, "publishing an event failed");
         }
         Err(_) => {
             tracing::warn!(node = %node, reason = event.reason, "publishing an event timed out");

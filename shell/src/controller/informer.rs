@@ -32,9 +32,9 @@ use kube::api::{ListParams, WatchEvent, WatchParams};
 use tokio::sync::watch;
 
 use super::node::{CachedNode, SlimNode};
-use super::patch::{error_chain, is_client_broken};
 use super::queue::WorkQueue;
 use super::window::WriteWindow;
+use crate::kube_error::{error_chain, is_client_broken};
 use crate::reconcile::NodeName;
 
 /// Page size of the fallback LIST (client-go's pager default).

@@ -24,12 +24,9 @@
 //! ```
 
 mod backoff;
-pub mod client;
 mod events;
-mod health;
 pub mod in_doubt;
 pub mod informer;
-pub mod leader;
 mod limiter;
 pub mod node;
 pub mod oplog;
@@ -50,12 +47,13 @@ use kube::Client;
 use nodeipam_core::{Cidr, IpamConfig};
 use tokio::sync::watch;
 
-pub use health::{
+pub use crate::client::{client_for_url, client_from_flags};
+pub use crate::health::{
     Health, metrics_router, router as health_router, serve as serve_health, serve_router,
 };
+pub use crate::leader::{LeaderElector, LeaderError, Leadership, LeaseConfig};
 pub use in_doubt::InDoubtWrites;
 pub use informer::InitialList;
-pub use leader::{LeaderElector, LeaderError, Leadership, LeaseConfig};
 pub use limiter::WriteLimiter;
 pub use queue::WorkQueue;
 pub use worker::WriteGate;
@@ -71,23 +69,6 @@ pub const CONTROLLER_NAME: &str = "nodeipam-controller";
 /// Upstream's `cidrUpdateWorkers`: concurrent PATCHes of `spec.podCIDR(s)`.
 pub const DEFAULT_WORKERS: usize = 30;
 
-/// Leader-election settings (`--leader-elect-*`).
-#[derive(Debug, Clone)]
-pub struct LeaderElection {
-    /// Lease namespace.
-    pub namespace: String,
-    /// Lease name.
-    pub name: String,
-    /// This instance's identity (`holderIdentity`).
-    pub identity: String,
-    /// Lease duration (whole seconds are used; at least 1 s).
-    pub lease_duration: Duration,
-    /// Renew deadline: the leader gives up leadership when it cannot renew for this long.
-    pub renew_deadline: Duration,
-    /// Wait between attempts to acquire or renew the Lease.
-    pub retry_period: Duration,
-}
-
 /// Everything [`run`] needs besides the client and the shutdown signal.
 #[derive(Debug, Clone)]
 pub struct ControllerConfig {
@@ -101,7 +82,7 @@ pub struct ControllerConfig {
     /// Token bucket size.
     pub kube_api_burst: u32,
     /// `Some` to allocate only while holding the Lease.
-    pub leader_election: Option<LeaderElection>,
+    pub leader_election: Option<LeaseConfig>,
     /// Readiness and pool usage, shared with the probe server (and tests).
     pub health: Health,
     /// Events' `reportingInstance` (e.g. the pod name).
@@ -155,7 +136,7 @@ impl ControllerConfig {
         config.instance = Some(identity.clone());
         config.workers = flags.node_cidr_update_workers;
         if flags.leader_elect {
-            config.leader_election = Some(LeaderElection {
+            config.leader_election = Some(LeaseConfig {
                 namespace: flags.leader_elect_resource_namespace.clone(),
                 name: flags.leader_elect_resource_name.clone(),
                 identity,
@@ -185,34 +166,6 @@ pub struct RunSummary {
     pub pools: Vec<PoolStats>,
     /// Node name → CIDRs reserved for it (held, pending, or a skipped Node's reserved part).
     pub held: BTreeMap<String, Vec<Cidr>>,
-}
-
-/// A client for an API server URL with no credentials (tests, `kubectl proxy`); a URL without a
-/// scheme gets `http://`, as `--master` does.
-///
-/// # Errors
-/// [`Error::ClientConfig`] for a bad URL or TLS setup.
-pub fn client_for_url(url: &str) -> Result<Client, Error> {
-    let config = client::config_for_url(url)?;
-    Client::try_from(config).map_err(|e| Error::client_config(url, e.to_string()))
-}
-
-/// A client as kube-controller-manager builds it from `--kubeconfig`/`--master` (see
-/// [`client`]), and the API server URL it talks to (for the start-up line).
-///
-/// # Errors
-/// [`Error::ClientConfig`] naming what failed (exit status 2).
-pub async fn client_from_flags(flags: &ControllerFlags) -> Result<(Client, String), Error> {
-    let config = client::config_from_flags(flags).await?;
-    let url = config.cluster_url.to_string();
-    let origin = match (&flags.kubeconfig, &flags.master) {
-        (Some(path), _) => format!("--kubeconfig {}", path.display()),
-        (None, Some(_)) => "--master".to_owned(),
-        (None, None) => "the in-cluster configuration".to_owned(),
-    };
-    let client =
-        Client::try_from(config).map_err(|e| Error::client_config(origin, e.to_string()))?;
-    Ok((client, url))
 }
 
 /// The process-wide record of a panic, set by the hook [`install_panic_hook`] installs.
@@ -303,18 +256,8 @@ pub async fn run(
     };
     let mut config = config;
     config.request_timeout = write_timeout(config.request_timeout, &election);
-    let elector = LeaderElector::new(
-        client.clone(),
-        LeaseConfig {
-            namespace: election.namespace.clone(),
-            name: election.name.clone(),
-            identity: election.identity.clone(),
-            lease_duration: election.lease_duration,
-            renew_deadline: election.renew_deadline,
-            retry_period: election.retry_period,
-        },
-    )
-    .map_err(Error::LeaderElection)?;
+    let elector =
+        LeaderElector::new(client.clone(), election.clone()).map_err(Error::LeaderElection)?;
     // Not ready while the Lease cannot be read (an unreachable API server): see `health`.
     health.watch_lease_contact(elector.lease_contact(), election.lease_duration);
     crate::metrics::set_leader_status(&election.name, false);
@@ -489,7 +432,7 @@ pub fn build_allocator(config: &ControllerConfig) -> Result<Allocator, Error> {
 /// The request timeout the workers use while leading: at most `lease duration − retry period −
 /// max(retry period, 1 s)`, at least 1 s, so that after every renewal there is room to start writes
 /// that end before the Lease could pass to a standby (see `leader`'s write fence).
-pub fn write_timeout(request_timeout: Duration, election: &LeaderElection) -> Duration {
+pub fn write_timeout(request_timeout: Duration, election: &LeaseConfig) -> Duration {
     let margin = election.retry_period + election.retry_period.max(Duration::from_secs(1));
     let room = election.lease_duration.saturating_sub(margin);
     let effective = request_timeout.min(room).max(Duration::from_secs(1));

@@ -8,7 +8,7 @@ use std::time::Duration;
 use nodeipam_core::Cidr;
 use tokio::time::Instant;
 
-use super::leader::Leadership;
+use crate::leader::Leadership;
 
 /// How often the exhaustion warning of one cluster CIDR is repeated while it stays exhausted.
 pub const EXHAUSTION_WARNING_INTERVAL: Duration = Duration::from_secs(60);

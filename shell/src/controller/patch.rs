@@ -7,7 +7,6 @@
 //! `parseTimeout`), so a write whose answer we never saw stops being able to land soon after the
 //! client gave up — which the leader-election write fence relies on.
 
-use std::error::Error as _;
 use std::time::Duration;
 
 use kube::Client;
@@ -17,6 +16,7 @@ use nodeipam_core::Cidr;
 use serde_json::Value;
 
 use super::node::SlimNode;
+use crate::kube_error::{error_chain, is_client_broken, is_connect_error};
 use crate::reconcile::{CannotApplyKind, PatchOutcome, pod_cidrs_patch};
 
 /// How one PATCH ended.
@@ -26,7 +26,7 @@ pub struct PatchResult {
     pub outcome: PatchOutcome,
     /// `metadata.resourceVersion` of the Node the server returned (an applied write only).
     pub resource_version: Option<String>,
-    /// `Some(why)` when the client itself is broken for good ([`is_client_broken`]).
+    /// `Some(why)` when the client itself is broken for good ([`crate::kube_error::is_client_broken`]).
     pub broken: Option<String>,
 }
 
@@ -189,53 +189,6 @@ pub fn classify_status(status: &Status) -> PatchOutcome {
         },
         _ => PatchOutcome::Unknown { message },
     }
-}
-
-/// Whether a client-stack error says the TCP/TLS connection could not be opened (so nothing was
-/// sent).
-fn is_connect_error(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(e) = current {
-        if let Some(client) = e.downcast_ref::<hyper_util::client::legacy::Error>()
-            && client.is_connect()
-        {
-            return true;
-        }
-        current = e.source();
-    }
-    false
-}
-
-/// Whether the client itself is broken for good: the kube client's request buffer lost its
-/// worker task (it panicked), so every later request fails the same way. The controller then
-/// fails its health check and exits instead of retrying forever.
-pub fn is_client_broken(error: &kube::Error) -> bool {
-    let kube::Error::Service(source) = error else {
-        return false;
-    };
-    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(source.as_ref());
-    while let Some(e) = current {
-        if e.is::<tower::buffer::error::Closed>() || e.is::<tower::buffer::error::ServiceError>() {
-            return true;
-        }
-        current = e.source();
-    }
-    false
-}
-
-/// `error` and its causes on one line.
-pub fn error_chain(error: &kube::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

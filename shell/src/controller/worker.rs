@@ -18,12 +18,13 @@ use super::backoff::RetryBackoff;
 use super::events::EventSink;
 use super::in_doubt::InDoubtWrites;
 use super::informer::NodeCache;
-use super::leader::Leadership;
 use super::node::SlimNode;
-use super::patch::{self, is_client_broken};
+use super::patch;
 use super::waiters::Waiters;
 use super::window::WriteWindow;
 use super::{CONTROLLER_NAME, Health, WorkQueue, WriteLimiter};
+use crate::kube_error::is_client_broken;
+use crate::leader::Leadership;
 use crate::reconcile::{
     Action, Allocator, Decision, EventSpec, MetricEvent, Next, NodeName, PatchOutcome, join,
 };
@@ -482,9 +483,11 @@ impl Shared {
             Ok(Ok(None)) => Some(self.decided(name, |allocator| allocator.object_gone(name, uid))),
             Ok(Err(error)) => {
                 if is_client_broken(&error) {
-                    let _ = self.broken.send(Some(patch::error_chain(&error)));
+                    let _ = self
+                        .broken
+                        .send(Some(crate::kube_error::error_chain(&error)));
                 }
-                tracing::warn!(node = %name, error = %patch::error_chain(&error), "re-reading the Node failed; retrying later");
+                tracing::warn!(node = %name, error = %crate::kube_error::error_chain(&error), "re-reading the Node failed; retrying later");
                 None
             }
             Err(_) => {

@@ -39,6 +39,7 @@ use crate::reasons;
 
 mod allocate;
 mod decision;
+pub mod diagnostics;
 mod existing;
 mod outcome;
 mod release;

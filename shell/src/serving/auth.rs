@@ -32,7 +32,7 @@
 //! Error answers are `Status` objects as kube-apiserver writes them (`reason` `Unauthorized`,
 //! `Forbidden`, `InternalError`).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -47,6 +47,8 @@ use k8s_openapi::api::authorization::v1::{
 use kube::Client;
 use kube::api::{Api, PostParams};
 use tokio::time::Instant;
+
+pub use crate::flags::serving::AlwaysAllowPaths;
 
 /// Longest wait for one TokenReview or SubjectAccessReview (kcm's `TokenRequestTimeout`, 10 s).
 pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
@@ -72,47 +74,6 @@ impl Default for CacheTtls {
             allowed: Duration::from_secs(10),
             denied: Duration::from_secs(10),
         }
-    }
-}
-
-/// `--authorization-always-allow-paths`, with kcm's rules (`k8s.io/apiserver/pkg/authorization/path`
-/// `NewAuthorizer`): comma-separated; the leading `/` is optional; a trailing `*` matches any path
-/// with that prefix; `*` anywhere else is an error; empty entries are ignored.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AlwaysAllowPaths {
-    exact: BTreeSet<String>,
-    prefixes: Vec<String>,
-}
-
-impl AlwaysAllowPaths {
-    /// Parses the flag's value.
-    ///
-    /// # Errors
-    /// A message for an entry with a `*` before its end.
-    pub fn parse(text: &str) -> Result<AlwaysAllowPaths, String> {
-        let mut paths = AlwaysAllowPaths::default();
-        for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-            let entry = entry.strip_prefix('/').unwrap_or(entry);
-            match entry.strip_suffix('*') {
-                Some(prefix) if prefix.contains('*') => {
-                    return Err(format!("only a trailing * is allowed in {entry:?}"));
-                }
-                Some(prefix) => paths.prefixes.push(prefix.to_owned()),
-                None if entry.contains('*') => {
-                    return Err(format!("only a trailing * is allowed in {entry:?}"));
-                }
-                None => {
-                    paths.exact.insert(entry.to_owned());
-                }
-            }
-        }
-        Ok(paths)
-    }
-
-    /// Whether `path` (as in the request line, without the query) is always allowed.
-    pub fn allows(&self, path: &str) -> bool {
-        let path = path.strip_prefix('/').unwrap_or(path);
-        self.exact.contains(path) || self.prefixes.iter().any(|p| path.starts_with(p.as_str()))
     }
 }
 
@@ -289,7 +250,7 @@ impl DelegatedAuth {
         )
         .await
         .map_err(|_| format!("TokenReview: no answer within {REVIEW_TIMEOUT:?}"))?
-        .map_err(|e| format!("TokenReview: {}", crate::controller::patch::error_chain(&e)))?;
+        .map_err(|e| format!("TokenReview: {}", crate::kube_error::error_chain(&e)))?;
         let status = answer.status.unwrap_or_default();
         let user = if status.authenticated == Some(true) {
             Some(status.user.unwrap_or_default())
@@ -337,7 +298,7 @@ impl DelegatedAuth {
         .map_err(|e| {
             format!(
                 "SubjectAccessReview: {}",
-                crate::controller::patch::error_chain(&e)
+                crate::kube_error::error_chain(&e)
             )
         })?;
         let status = answer.status.unwrap_or_default();

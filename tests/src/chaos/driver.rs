@@ -234,14 +234,11 @@ pub fn build_node(spec: &NodeSpec) -> Value {
 /// A client as the controller builds it for `--master` (no retries, its User-Agent), with the
 /// replica's identity appended to the User-Agent so the request log tells processes apart.
 fn replica_client(url: &str, identity: &str) -> kube::Client {
-    let mut config = match nodeipam::controller::client::config_for_url(url) {
+    let mut config = match nodeipam::client::config_for_url(url) {
         Ok(c) => c,
         Err(e) => panic!("client config for the sandbox: {e}"),
     };
-    let agent = format!(
-        "{} {identity}",
-        nodeipam::controller::client::USER_AGENT_VALUE
-    );
+    let agent = format!("{} {identity}", nodeipam::client::USER_AGENT_VALUE);
     config.headers.retain(|(name, _)| name != USER_AGENT);
     match HeaderValue::from_str(&agent) {
         Ok(v) => config.headers.push((USER_AGENT, v)),

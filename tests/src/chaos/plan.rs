@@ -517,8 +517,8 @@ impl Plan {
     }
 
     /// The leader-election settings for a replica called `identity` (`None` with one replica).
-    pub fn leader_election(&self, identity: &str) -> Option<nodeipam::controller::LeaderElection> {
-        (self.replicas > 1).then(|| nodeipam::controller::LeaderElection {
+    pub fn leader_election(&self, identity: &str) -> Option<nodeipam::leader::LeaseConfig> {
+        (self.replicas > 1).then(|| nodeipam::leader::LeaseConfig {
             namespace: "kube-system".to_owned(),
             name: "nodeipam-controller".to_owned(),
             identity: identity.to_owned(),

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::http::{HeaderValue, header::USER_AGENT};
-use nodeipam::controller::{ControllerConfig, Health, LeaderElection, RunSummary, run};
+use nodeipam::controller::{ControllerConfig, Health, RunSummary, run};
+use nodeipam::leader::LeaseConfig;
 use nodeipam::plan::PlanReport;
 use nodeipam_core::{IpamConfig, NodeMaskFlags};
 use nodeipam_tests::invariants::{ClusterSpec, ControllerView, Report, assert_invariants};
@@ -82,14 +83,14 @@ pub fn spawn(sb: &SandboxHandle, config: ControllerConfig) -> Running {
 
 /// The User-Agent of a controller started with [`spawn_as`]: the controller's own, then `name`.
 pub fn agent(name: &str) -> String {
-    format!("{} {name}", nodeipam::controller::client::USER_AGENT_VALUE)
+    format!("{} {name}", nodeipam::client::USER_AGENT_VALUE)
 }
 
 /// Starts `run(config, client, shutdown)` on the sandbox with the controller's own client
 /// configuration, its requests carrying `User-Agent: <controller's> <name>` ([`agent`]), so the
 /// sandbox's request log tells the replicas apart.
 pub fn spawn_as(sb: &SandboxHandle, config: ControllerConfig, name: &str) -> Running {
-    let mut client_config = nodeipam::controller::client::config_for_url(&sb.url()).unwrap();
+    let mut client_config = nodeipam::client::config_for_url(&sb.url()).unwrap();
     client_config.headers.retain(|(n, _)| n != USER_AGENT);
     client_config
         .headers
@@ -100,8 +101,8 @@ pub fn spawn_as(sb: &SandboxHandle, config: ControllerConfig, name: &str) -> Run
 
 /// Leader election as the e2e tests configure it on the Lease `kube-system/nodeipam-controller`:
 /// 2 s Lease, 1.5 s renew deadline, 200 ms retry period.
-pub fn election(identity: &str) -> LeaderElection {
-    LeaderElection {
+pub fn election(identity: &str) -> LeaseConfig {
+    LeaseConfig {
         namespace: "kube-system".to_owned(),
         name: "nodeipam-controller".to_owned(),
         identity: identity.to_owned(),

@@ -28,8 +28,36 @@ use http::HeaderValue;
 use http::header::USER_AGENT;
 use kube::config::{Config, KubeConfigOptions, Kubeconfig};
 
-use crate::Error;
+use kube::Client;
+
 use crate::flags::ControllerFlags;
+
+/// A client configuration that cannot work: the flag or file it came from and what is wrong
+/// (exit status 2, as kube-controller-manager exits on a bad `--kubeconfig`). The shell's
+/// [`crate::Error::ClientConfig`] carries the same two fields and the same message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("Kubernetes client configuration: {origin}: {message}")]
+pub struct ClientConfigError {
+    /// The flag or file the configuration came from (e.g. `--master`).
+    pub origin: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl ClientConfigError {
+    /// The error for `origin` (a flag or file) and what is wrong with it.
+    pub fn new(origin: impl Into<String>, message: impl Into<String>) -> ClientConfigError {
+        ClientConfigError {
+            origin: origin.into(),
+            message: message.into(),
+        }
+    }
+
+    /// The process exit status: always 2 (a flag or file to fix).
+    pub fn exit_code(&self) -> i32 {
+        2
+    }
+}
 
 /// `nodeipam-controller/<version>`, sent on every request (audit logs, `managedFields`).
 pub const USER_AGENT_VALUE: &str = concat!("nodeipam-controller/", env!("CARGO_PKG_VERSION"));
@@ -75,18 +103,18 @@ pub fn server_url(server: &str, tls_configured: bool) -> Result<http::Uri, Strin
 /// The client configuration the flags describe (see the module documentation).
 ///
 /// # Errors
-/// [`Error::ClientConfig`] naming the flag or file that is wrong.
-pub async fn config_from_flags(flags: &ControllerFlags) -> Result<Config, Error> {
+/// [`ClientConfigError`] naming the flag or file that is wrong.
+pub async fn config_from_flags(flags: &ControllerFlags) -> Result<Config, ClientConfigError> {
     let mut config = match (&flags.kubeconfig, &flags.master) {
         (Some(path), master) => from_kubeconfig_file(path, master.as_deref()).await?,
         (None, Some(master)) => {
             let uri = server_url(master, false)
-                .map_err(|message| Error::client_config("--master", message))?;
+                .map_err(|message| ClientConfigError::new("--master", message))?;
             Config::new(uri)
         }
         (None, None) => {
             let mut config = Config::incluster().map_err(|e| {
-                Error::client_config(
+                ClientConfigError::new(
                     "neither --kubeconfig nor --master is given",
                     format!(
                         "no in-cluster configuration ({e}); outside a Pod give --kubeconfig (as kube-controller-manager, $KUBECONFIG and ~/.kube/config are not read)"
@@ -99,7 +127,7 @@ pub async fn config_from_flags(flags: &ControllerFlags) -> Result<Config, Error>
                 || config.tls_server_name.is_some();
             config.cluster_url =
                 server_url(&config.cluster_url.to_string(), tls).map_err(|message| {
-                    Error::client_config("the inferred client configuration", message)
+                    ClientConfigError::new("the inferred client configuration", message)
                 })?;
             config
         }
@@ -111,9 +139,9 @@ pub async fn config_from_flags(flags: &ControllerFlags) -> Result<Config, Error>
 /// A configuration for a plain URL without credentials (tests, `kubectl proxy`), as `--master`.
 ///
 /// # Errors
-/// [`Error::ClientConfig`] if `url` is not usable.
-pub fn config_for_url(url: &str) -> Result<Config, Error> {
-    let uri = server_url(url, false).map_err(|message| Error::client_config(url, message))?;
+/// [`ClientConfigError`] if `url` is not usable.
+pub fn config_for_url(url: &str) -> Result<Config, ClientConfigError> {
+    let uri = server_url(url, false).map_err(|message| ClientConfigError::new(url, message))?;
     let mut config = Config::new(uri);
     finish(&mut config)?;
     Ok(config)
@@ -124,14 +152,44 @@ pub fn config_for_url(url: &str) -> Result<Config, Error> {
 /// `--authorization-kubeconfig`).
 ///
 /// # Errors
-/// [`Error::ClientConfig`] naming the file.
-pub async fn config_from_kubeconfig(path: &Path) -> Result<Config, Error> {
+/// [`ClientConfigError`] naming the file.
+pub async fn config_from_kubeconfig(path: &Path) -> Result<Config, ClientConfigError> {
     let mut config = from_kubeconfig_file(path, None).await?;
     finish(&mut config)?;
     Ok(config)
 }
 
-fn finish(config: &mut Config) -> Result<(), Error> {
+/// A client for an API server URL with no credentials (tests, `kubectl proxy`); a URL without a
+/// scheme gets `http://`, as `--master` does.
+///
+/// # Errors
+/// [`ClientConfigError`] for a bad URL or TLS setup.
+pub fn client_for_url(url: &str) -> Result<Client, ClientConfigError> {
+    let config = config_for_url(url)?;
+    Client::try_from(config).map_err(|e| ClientConfigError::new(url, e.to_string()))
+}
+
+/// A client as kube-controller-manager builds it from `--kubeconfig`/`--master` (see the module
+/// documentation), and the API server URL it talks to (for the start-up line).
+///
+/// # Errors
+/// [`ClientConfigError`] naming what failed (exit status 2).
+pub async fn client_from_flags(
+    flags: &ControllerFlags,
+) -> Result<(Client, String), ClientConfigError> {
+    let config = config_from_flags(flags).await?;
+    let url = config.cluster_url.to_string();
+    let origin = match (&flags.kubeconfig, &flags.master) {
+        (Some(path), _) => format!("--kubeconfig {}", path.display()),
+        (None, Some(_)) => "--master".to_owned(),
+        (None, None) => "the in-cluster configuration".to_owned(),
+    };
+    let client =
+        Client::try_from(config).map_err(|e| ClientConfigError::new(origin, e.to_string()))?;
+    Ok((client, url))
+}
+
+fn finish(config: &mut Config) -> Result<(), ClientConfigError> {
     config.default_retry = false;
     let agent = HeaderValue::from_static(USER_AGENT_VALUE);
     config.headers.retain(|(name, _)| name != USER_AGENT);
@@ -139,10 +197,13 @@ fn finish(config: &mut Config) -> Result<(), Error> {
     Ok(())
 }
 
-async fn from_kubeconfig_file(path: &Path, master: Option<&str>) -> Result<Config, Error> {
+async fn from_kubeconfig_file(
+    path: &Path,
+    master: Option<&str>,
+) -> Result<Config, ClientConfigError> {
     let origin = || format!("--kubeconfig {}", path.display());
     let mut kubeconfig =
-        Kubeconfig::read_from(path).map_err(|e| Error::client_config(origin(), e.to_string()))?;
+        Kubeconfig::read_from(path).map_err(|e| ClientConfigError::new(origin(), e.to_string()))?;
     let context_name = kubeconfig.current_context.clone().unwrap_or_default();
     let context = kubeconfig
         .contexts
@@ -169,11 +230,11 @@ async fn from_kubeconfig_file(path: &Path, master: Option<&str>) -> Result<Confi
         let server = match (master, in_use) {
             (Some(master), true) => Some(
                 server_url(master, tls)
-                    .map_err(|message| Error::client_config("--master", message))?,
+                    .map_err(|message| ClientConfigError::new("--master", message))?,
             ),
             _ => match cluster.server.as_deref() {
                 Some(server) => Some(server_url(server, tls).map_err(|message| {
-                    Error::client_config(
+                    ClientConfigError::new(
                         format!("{}: cluster {:?} server", origin(), named.name),
                         message,
                     )
@@ -187,7 +248,7 @@ async fn from_kubeconfig_file(path: &Path, master: Option<&str>) -> Result<Confi
     }
     Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
-        .map_err(|e| Error::client_config(origin(), e.to_string()))
+        .map_err(|e| ClientConfigError::new(origin(), e.to_string()))
 }
 
 #[cfg(test)]

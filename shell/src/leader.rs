@@ -96,9 +96,9 @@
 //! # Use
 //!
 //! ```no_run
-//! # async fn demo(client: kube::Client) -> Result<(), nodeipam::controller::leader::LeaderError> {
+//! # async fn demo(client: kube::Client) -> Result<(), nodeipam::leader::LeaderError> {
 //! use std::time::Duration;
-//! use nodeipam::controller::leader::{LeaderElector, LeaseConfig, Leadership};
+//! use nodeipam::leader::{LeaderElector, LeaseConfig, Leadership};
 //! let config = LeaseConfig {
 //!     namespace: "kube-system".into(),
 //!     name: "nodeipam-controller".into(),
