@@ -6,7 +6,7 @@ use nodeipam::Error;
 use nodeipam::controller::{self, ControllerConfig};
 use nodeipam::flags::{self, Cli, Command, IpamFlags, OutputFormat, Parsed, PlanArgs};
 use nodeipam::logging::{self, FilterSource};
-use nodeipam::node_pools::{NodePools, Sizing};
+use nodeipam::reconcile::Allocator;
 use nodeipam::startup;
 use nodeipam_core::IpamConfig;
 
@@ -73,14 +73,16 @@ fn fail(error: &Error) -> u8 {
 /// Validates the IPAM flags, including what only shows when the pool is built (a service CIDR
 /// covering every block of a cluster CIDR, node-pool rules that do not fit the cluster CIDRs), so
 /// that such a configuration exits 2 before any listener or client is set up (the controller used
-/// to report a client error, exit 1, first). The warnings about rules keyed on a label a kubelet
-/// may set ([`Sizing::warnings`]) are the caller's to print, with the other start-up diagnostics.
-fn validate(flags: &IpamFlags) -> Result<(IpamConfig, NodePools, Sizing), Error> {
+/// to report a client error, exit 1, first). The allocator built here is the one `plan` or the
+/// controller then uses (built once per path). The warnings about rules keyed on a label a
+/// kubelet may set ([`nodeipam::node_pools::Sizing::warnings`]) are the caller's to print, with
+/// the other start-up diagnostics.
+fn validate(flags: &IpamFlags) -> Result<(IpamConfig, Allocator), Error> {
     let config = flags.validate().map_err(Error::Config)?;
     let pools = flags.node_pools().map_err(Error::NodePools)?;
     let sizing = pools.sizing(&config).map_err(Error::NodePools)?;
-    nodeipam::reconcile::Allocator::with_sizing(&config, sizing.clone()).map_err(Error::Pool)?;
-    Ok((config, pools, sizing))
+    let allocator = Allocator::with_sizing(&config, sizing).map_err(Error::Pool)?;
+    Ok((config, allocator))
 }
 
 fn run_plan(args: &PlanArgs, cli: &Cli, ignored: &[flags::kcm::GivenIgnoredFlag]) -> u8 {
@@ -90,10 +92,11 @@ fn run_plan(args: &PlanArgs, cli: &Cli, ignored: &[flags::kcm::GivenIgnoredFlag]
         );
         return 2;
     }
-    let (config, _, sizing) = match validate(&cli.ipam) {
+    let (config, allocator) = match validate(&cli.ipam) {
         Ok(valid) => valid,
         Err(e) => return fail(&e),
     };
+    let sizing = allocator.sizing().clone();
     // Of each Node's labels, only those the node-pool rules read are kept.
     let label_keys = sizing.label_keys();
     let nodes = if args.input == "-" {
@@ -106,10 +109,8 @@ fn run_plan(args: &PlanArgs, cli: &Cli, ignored: &[flags::kcm::GivenIgnoredFlag]
             })
             .and_then(|file| nodeipam::nodelist::read_nodes(file, &args.input, &label_keys))
     };
-    let planner = match nodes
-        .and_then(|nodes| nodeipam::plan::Planner::with_sizing(&config, sizing.clone(), nodes))
-    {
-        Ok(planner) => planner,
+    let planner = match nodes {
+        Ok(nodes) => nodeipam::plan::Planner::with_allocator(&config, allocator, nodes),
         Err(e) => return fail(&e),
     };
     for line in startup::ignored_lines(ignored) {
@@ -136,12 +137,13 @@ fn run_plan(args: &PlanArgs, cli: &Cli, ignored: &[flags::kcm::GivenIgnoredFlag]
     }
 }
 
+/// The controller: flags validated (and the allocator built) before the runtime starts, then
+/// [`serve_and_allocate`] on a multi-threaded runtime. Returns the exit status.
 fn run_controller(
     cli: &Cli,
     ignored: &[flags::kcm::GivenIgnoredFlag],
     filter: &FilterSource,
 ) -> u8 {
-    let flags = &cli.controller;
     let ipam = if cli.ipam.allocate_node_cidrs {
         match validate(&cli.ipam) {
             Ok(valid) => Some(valid),
@@ -161,136 +163,174 @@ fn run_controller(
             return 1;
         }
     };
-    runtime.block_on(async move {
-        // The client configuration is checked before anything starts (exit 2 naming the flag).
-        // The secure port needs it too: its TokenReviews and SubjectAccessReviews go through it
-        // unless --authentication-kubeconfig/--authorization-kubeconfig name another.
-        let client = if ipam.is_some() || cli.serving.enabled() {
-            match controller::client_from_flags(flags).await {
-                Ok(client) => Some(client),
-                Err(e) => return fail(&e.into()),
-            }
-        } else {
-            None
-        };
-        let allocation = ipam.map(|(ipam, node_pools, sizing)| {
-            let mut config = ControllerConfig::from_flags(ipam, flags);
-            config.node_pools = node_pools;
-            (config, sizing)
-        });
-        startup::log_startup(&startup::StartupView {
-            config: allocation.as_ref().map(|(config, _)| config),
-            sizing: allocation.as_ref().map(|(_, sizing)| sizing),
-            ipam_flags: &cli.ipam,
-            flags,
-            api_server: client.as_ref().map(|(_, url)| url.as_str()),
-            filter,
-        });
-        for line in startup::ignored_lines(ignored) {
-            tracing::info!("{line}");
+    runtime.block_on(serve_and_allocate(cli, ignored, filter, ipam))
+}
+
+/// The client and the API server URL (for the start-up line).
+type Connected = (kube::Client, String);
+
+/// In phases: connect (the client configuration is checked first, exit 2 naming the flag); log
+/// the start-up lines; start the servers (metrics, health probes, the secure port); then either
+/// allocate or, with `--allocate-node-cidrs=false`, only serve until a signal.
+async fn serve_and_allocate(
+    cli: &Cli,
+    ignored: &[flags::kcm::GivenIgnoredFlag],
+    filter: &FilterSource,
+    ipam: Option<(IpamConfig, Allocator)>,
+) -> u8 {
+    let flags = &cli.controller;
+    // The secure port needs the client too: its TokenReviews and SubjectAccessReviews go through
+    // it unless --authentication-kubeconfig/--authorization-kubeconfig name another.
+    let client = if ipam.is_some() || cli.serving.enabled() {
+        match controller::client_from_flags(flags).await {
+            Ok(client) => Some(client),
+            Err(e) => return fail(&e.into()),
         }
-        if let Some((config, sizing)) = &allocation {
-            for line in startup::config_diagnostic_lines(&config.ipam, sizing) {
-                tracing::warn!("{line}");
-            }
-        }
-        let health = controller::Health::new();
-        let mut servers = tokio::task::JoinSet::new();
-        // One recorder for the plain and the secure `/metrics`.
-        let metrics = if flags.metrics_bind_address.0.is_some() || cli.serving.enabled() {
-            let handle = match nodeipam::metrics::install_recorder() {
-                Ok(handle) => handle,
-                Err(e) => return fail(&e),
-            };
-            let upkeep = handle.clone();
-            servers.spawn(async move {
-                loop {
-                    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
-                    upkeep.run_upkeep();
-                }
-            });
-            Some(handle)
-        } else {
-            None
-        };
-        if let (Some(address), Some(handle)) = (flags.metrics_bind_address.0, metrics.clone()) {
-            let listener = match tokio::net::TcpListener::bind(address).await {
-                Ok(listener) => listener,
-                Err(source) => {
-                    return fail(&Error::Listen {
-                        address: address.to_string(),
-                        source,
-                    });
-                }
-            };
-            let router = controller::metrics_router(handle);
-            servers.spawn(async move {
-                let result =
-                    controller::serve_router(listener, router, std::future::pending()).await;
-                tracing::error!(?result, "the metrics server stopped");
-            });
-        }
-        if let Some(address) = flags.health_probe_bind_address.0 {
-            let listener = match tokio::net::TcpListener::bind(address).await {
-                Ok(listener) => listener,
-                Err(source) => {
-                    return fail(&Error::Listen {
-                        address: address.to_string(),
-                        source,
-                    });
-                }
-            };
-            let probes = health.clone();
-            servers.spawn(async move {
-                let result = controller::serve_health(listener, probes, std::future::pending()).await;
-                tracing::error!(?result, "the health probe server stopped");
-            });
-        }
-        // Secure serving (issue 9): `nodeipam::serving`.
-        if let (Some(handle), Some((client, _))) = (metrics.filter(|_| cli.serving.enabled()), &client)
-            && let Err(e) = start_secure_serving(cli, client, &health, handle, &mut servers).await
-        {
-            return fail(&e);
-        }
-        let (Some((mut config, _)), Some((client, _))) = (allocation, client) else {
-            health.set_ready(true);
-            tokio::select! {
-                () = shutdown_signal() => return 0,
-                _ = servers.join_next(), if !servers.is_empty() => {
-                    return fail(&Error::TaskFailed { task: "the probe or metrics server", reason: "stopped".to_owned() });
-                }
-            }
-        };
-        config.health = health.clone();
-        let controller = controller::run(config, client, shutdown_signal());
-        tokio::pin!(controller);
-        let result = tokio::select! {
-            result = &mut controller => result,
+    } else {
+        None
+    };
+    let allocation = ipam.map(|(ipam, allocator)| {
+        let mut config = ControllerConfig::from_flags(ipam, flags);
+        config.sizing = allocator.sizing().clone();
+        (config, allocator)
+    });
+    log_startup(cli, ignored, filter, allocation.as_ref(), client.as_ref());
+    let health = controller::Health::new();
+    let mut servers = tokio::task::JoinSet::new();
+    if let Err(e) = start_servers(cli, client.as_ref(), &health, &mut servers).await {
+        return fail(&e);
+    }
+    let (Some((mut config, allocator)), Some((client, _))) = (allocation, client) else {
+        health.set_ready(true);
+        tokio::select! {
+            () = shutdown_signal() => return 0,
             _ = servers.join_next(), if !servers.is_empty() => {
-                let error = Error::TaskFailed { task: "the probe or metrics server", reason: "stopped".to_owned() };
-                health.set_failed(error.to_string());
-                Err(error)
-            }
-        };
-        match result {
-            Ok(summary) => {
-                for pool in &summary.pools {
-                    tracing::info!(
-                        cluster_cidr = %pool.cluster_cidr,
-                        capacity = pool.capacity,
-                        used = pool.used,
-                        free = pool.free,
-                        "stopped"
-                    );
-                }
-                0
-            }
-            Err(e) => {
-                tracing::error!(error = %e, kind = e.metric_label(), "controller stopped");
-                fail(&e)
+                return fail(&Error::TaskFailed { task: "the probe or metrics server", reason: "stopped".to_owned() });
             }
         }
-    })
+    };
+    config.health = health.clone();
+    allocate(config, allocator, client, &health, &mut servers).await
+}
+
+/// The start-up lines: the configuration, the ignored flags, the configuration's diagnostics.
+fn log_startup(
+    cli: &Cli,
+    ignored: &[flags::kcm::GivenIgnoredFlag],
+    filter: &FilterSource,
+    allocation: Option<&(ControllerConfig, Allocator)>,
+    client: Option<&Connected>,
+) {
+    startup::log_startup(&startup::StartupView {
+        config: allocation.map(|(config, _)| config),
+        sizing: allocation.map(|(config, _)| &config.sizing),
+        ipam_flags: &cli.ipam,
+        flags: &cli.controller,
+        api_server: client.map(|(_, url)| url.as_str()),
+        filter,
+    });
+    for line in startup::ignored_lines(ignored) {
+        tracing::info!("{line}");
+    }
+    if let Some((config, _)) = allocation {
+        for line in startup::config_diagnostic_lines(&config.ipam, &config.sizing) {
+            tracing::warn!("{line}");
+        }
+    }
+}
+
+/// Starts the supervised servers: one metrics recorder (with its upkeep) for the plain and the
+/// secure `/metrics`, the plain metrics server, the health probe server, the secure port.
+async fn start_servers(
+    cli: &Cli,
+    client: Option<&Connected>,
+    health: &controller::Health,
+    servers: &mut tokio::task::JoinSet<()>,
+) -> Result<(), Error> {
+    let flags = &cli.controller;
+    let metrics = if flags.metrics_bind_address.0.is_some() || cli.serving.enabled() {
+        let handle = nodeipam::metrics::install_recorder()?;
+        let upkeep = handle.clone();
+        servers.spawn(async move {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+                upkeep.run_upkeep();
+            }
+        });
+        Some(handle)
+    } else {
+        None
+    };
+    if let (Some(address), Some(handle)) = (flags.metrics_bind_address.0, metrics.clone()) {
+        let listener = bind(address).await?;
+        let router = controller::metrics_router(handle);
+        servers.spawn(async move {
+            let result = controller::serve_router(listener, router, std::future::pending()).await;
+            tracing::error!(?result, "the metrics server stopped");
+        });
+    }
+    if let Some(address) = flags.health_probe_bind_address.0 {
+        let listener = bind(address).await?;
+        let probes = health.clone();
+        servers.spawn(async move {
+            let result = controller::serve_health(listener, probes, std::future::pending()).await;
+            tracing::error!(?result, "the health probe server stopped");
+        });
+    }
+    // Secure serving (issue 9): `nodeipam::serving`.
+    if let (Some(handle), Some((client, _))) = (metrics.filter(|_| cli.serving.enabled()), client) {
+        start_secure_serving(cli, client, health, handle, servers).await?;
+    }
+    Ok(())
+}
+
+/// A plain listener (metrics, health probes).
+async fn bind(address: std::net::SocketAddr) -> Result<tokio::net::TcpListener, Error> {
+    tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|source| Error::Listen {
+            address: address.to_string(),
+            source,
+        })
+}
+
+/// Runs the controller until a signal, or until a server stops (then `/healthz` fails and the
+/// process exits 1); logs the pools it leaves. Returns the exit status.
+async fn allocate(
+    config: ControllerConfig,
+    allocator: Allocator,
+    client: kube::Client,
+    health: &controller::Health,
+    servers: &mut tokio::task::JoinSet<()>,
+) -> u8 {
+    let controller = controller::run_with_allocator(config, allocator, client, shutdown_signal());
+    tokio::pin!(controller);
+    let result = tokio::select! {
+        result = &mut controller => result,
+        _ = servers.join_next(), if !servers.is_empty() => {
+            let error = Error::TaskFailed { task: "the probe or metrics server", reason: "stopped".to_owned() };
+            health.set_failed(error.to_string());
+            Err(error)
+        }
+    };
+    match result {
+        Ok(summary) => {
+            for pool in &summary.pools {
+                tracing::info!(
+                    cluster_cidr = %pool.cluster_cidr,
+                    capacity = pool.capacity,
+                    used = pool.used,
+                    free = pool.free,
+                    "stopped"
+                );
+            }
+            0
+        }
+        Err(e) => {
+            tracing::error!(error = %e, kind = e.metric_label(), "controller stopped");
+            fail(&e)
+        }
+    }
 }
 
 /// Starts the secure port (`--secure-port` …, see `nodeipam::serving`) as one more supervised

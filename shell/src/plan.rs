@@ -205,7 +205,8 @@ fn write_table_pools(out: &mut impl Write, pools: &[PlanPool]) -> io::Result<()>
 #[derive(Debug)]
 pub struct Planner<'a> {
     config: &'a IpamConfig,
-    sizing: Sizing,
+    /// Fresh from [`Allocator::with_sizing`]: every pass over the Nodes starts from a copy.
+    allocator: Allocator,
     nodes: Vec<InputNode>,
 }
 
@@ -229,12 +230,22 @@ impl<'a> Planner<'a> {
         sizing: Sizing,
         nodes: Vec<InputNode>,
     ) -> Result<Planner<'a>, Error> {
-        Allocator::with_sizing(config, sizing.clone()).map_err(Error::Pool)?;
-        Ok(Planner {
+        let allocator = Allocator::with_sizing(config, sizing).map_err(Error::Pool)?;
+        Ok(Planner::with_allocator(config, allocator, nodes))
+    }
+
+    /// A plan of `nodes` (list order) with `allocator`, fresh from [`Allocator::with_sizing`] on
+    /// `config` (the binary builds it while validating the flags, once).
+    pub fn with_allocator(
+        config: &'a IpamConfig,
+        allocator: Allocator,
+        nodes: Vec<InputNode>,
+    ) -> Planner<'a> {
+        Planner {
             config,
-            sizing,
+            allocator,
             nodes,
-        })
+        }
     }
 
     /// The per-Node diagnostics ([`diagnostics::node_findings`]) of the Nodes that have
@@ -249,8 +260,8 @@ impl<'a> Planner<'a> {
 
     /// Decides for every Node in list order, handing each entry to `sink`; returns the pools.
     fn run(&self, mut sink: impl FnMut(PlanNode) -> io::Result<()>) -> io::Result<Vec<PlanPool>> {
-        let mut allocator =
-            Allocator::with_sizing(self.config, self.sizing.clone()).map_err(io::Error::other)?;
+        // A copy: `write_table` passes over the Nodes twice, each from the fresh pool.
+        let mut allocator = self.allocator.clone();
         // Start-up occupy, one Node at a time, keeping no decision: deciding a Node again below
         // gives the same Keep or Skip (the allocator is idempotent), so neither the views nor the
         // decisions of every Node with podCIDRs are held at once (at 300,000 Nodes, 60,000 of

@@ -132,7 +132,7 @@ async fn aks_mixed_pools_match_plan_and_survive_a_restart_with_other_rules() {
 
     let sb = Sandbox::start(doc).await;
     let mut config = fast_config(ipam.clone());
-    config.node_pools = pools.clone();
+    config.sizing = sizing.clone();
     let controller = spawn(&sb, config);
     controller.wait_allocating(&sb).await;
     assert!(
@@ -189,7 +189,7 @@ async fn aks_mixed_pools_match_plan_and_survive_a_restart_with_other_rules() {
         )
     );
     let mut config = fast_config(ipam.clone());
-    config.node_pools = other;
+    config.sizing = other_sizing.clone();
     let controller = spawn(&sb, config);
     controller.wait_allocating(&sb).await;
     sb.create_node(aks_node("aks-bigpool-11223344-vmss000002", "bigpool"))
@@ -229,7 +229,7 @@ async fn large_blocks_exhaust_while_small_ones_still_fit() {
     let pools = rules(&["agentpool=bigpool:ipv4=23", "agentpool=small:ipv4=26"]);
     let sizing = pools.sizing(&ipam).unwrap();
     let mut config = fast_config(ipam.clone());
-    config.node_pools = pools;
+    config.sizing = sizing.clone();
     let controller = spawn(&sb, config);
     controller.wait_allocating(&sb).await;
     let health = controller.health.clone();
@@ -316,7 +316,7 @@ async fn mask_labels_within_the_range_are_honoured_others_wait_for_a_fix() {
     };
     let sizing = pools.sizing(&ipam).unwrap();
     let mut config = fast_config(ipam.clone());
-    config.node_pools = pools;
+    config.sizing = sizing.clone();
     let controller = spawn(&sb, config);
     controller.wait_allocating(&sb).await;
 
@@ -381,7 +381,7 @@ async fn dual_stack_sizes_are_all_or_nothing() {
     let pools = rules(&["kubernetes.io/os=linux:ipv4=23,ipv6=62"]);
     let sizing = pools.sizing(&ipam).unwrap();
     let mut config = fast_config(ipam.clone());
-    config.node_pools = pools;
+    config.sizing = sizing.clone();
     let controller = spawn(&sb, config);
     controller.wait_allocating(&sb).await;
     let health = controller.health.clone();

@@ -233,159 +233,245 @@ pub async fn run(
     outputs: Outputs,
     synced: watch::Sender<SyncState>,
     settings: InformerSettings,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
     broken: watch::Sender<Option<String>>,
 ) {
-    let Outputs {
-        cache,
-        queue,
-        window,
-    } = outputs;
-    let mut mode = settings.initial_list;
-    let mut delay = Backoff::new(settings.retry_min_delay, settings.retry_max_delay);
-    'relist: loop {
-        let mut stop_listing = stop.clone();
-        let initial = tokio::select! {
-            biased;
-            () = super::stopped(&mut stop) => return,
-            initial = initial_state(&api, &cache, mode, &mut stop_listing) => initial,
-        };
-        let (fresh, mut resource_version, mut stream, streamed) = match initial {
-            Ok(initial) => initial,
-            Err(InitialError::Stopped) => return,
-            Err(InitialError::Broken(why)) => {
-                let _ = broken.send(Some(why));
-                return;
-            }
-            Err(InitialError::StreamingUnsupported(why)) => {
-                tracing::warn!(error = %why, "the API server does not serve streaming lists (sendInitialEvents); using a paged LIST from now on");
-                mode = InitialList::Paged;
-                continue;
-            }
-            Err(InitialError::Failed(why)) => {
-                let wait = delay.next();
-                tracing::warn!(error = %why, retry_in = ?wait, "listing Nodes failed");
-                if sleep_or_stop(wait, &mut stop).await {
-                    return;
+    let mut informer = Informer {
+        api,
+        outputs,
+        synced,
+        stop,
+        broken,
+        mode: settings.initial_list,
+        delay: Backoff::new(settings.retry_min_delay, settings.retry_max_delay),
+    };
+    while let Some((resource_version, stream)) = informer.list().await {
+        if let Step::Stop = informer.watch(resource_version, stream).await {
+            return;
+        }
+    }
+}
+
+/// The informer's state across its phases ([`Informer::list`], [`Informer::watch`]).
+struct Informer {
+    api: Api<SlimNode>,
+    outputs: Outputs,
+    synced: watch::Sender<SyncState>,
+    stop: watch::Receiver<bool>,
+    broken: watch::Sender<Option<String>>,
+    /// How the next initial state is taken (a refused streaming list switches to paged for good).
+    mode: InitialList,
+    delay: Backoff,
+}
+
+/// What the watch phase needs next.
+enum Step {
+    /// Open the watch again from the last resourceVersion.
+    Reopen,
+    /// Take a new initial state (410 Gone, or a watch error).
+    Relist,
+    /// Stop was requested, or the client is broken (reported).
+    Stop,
+}
+
+impl Informer {
+    /// A consistent initial state, retried with backoff, published ([`Informer::publish`]): the
+    /// resourceVersion to watch from and, after a streaming list, its open stream. `None` on stop
+    /// or a broken client (reported on `broken`).
+    async fn list(&mut self) -> Option<(String, Option<WatchStream>)> {
+        loop {
+            let mut stop_listing = self.stop.clone();
+            let initial = tokio::select! {
+                biased;
+                () = super::stopped(&mut self.stop) => return None,
+                initial = initial_state(&self.api, &self.outputs.cache, self.mode, &mut stop_listing) => initial,
+            };
+            match initial {
+                Ok(initial) => return Some(self.publish(initial)),
+                Err(InitialError::Stopped) => return None,
+                Err(InitialError::Broken(why)) => {
+                    let _ = self.broken.send(Some(why));
+                    return None;
                 }
-                continue;
+                Err(InitialError::StreamingUnsupported(why)) => {
+                    tracing::warn!(error = %why, "the API server does not serve streaming lists (sendInitialEvents); using a paged LIST from now on");
+                    self.mode = InitialList::Paged;
+                }
+                Err(InitialError::Failed(why)) => {
+                    let wait = self.delay.next();
+                    tracing::warn!(error = %why, retry_in = ?wait, "listing Nodes failed");
+                    if sleep_or_stop(wait, &mut self.stop).await {
+                        return None;
+                    }
+                }
             }
-        };
-        delay.reset();
+        }
+    }
+
+    /// Puts an initial state in the cache, queues every Node that was or is listed, moves the
+    /// write window and bumps `synced`.
+    fn publish(
+        &mut self,
+        (fresh, resource_version, stream, streamed): Initial,
+    ) -> (String, Option<WatchStream>) {
+        self.delay.reset();
         let count = fresh.len();
-        for name in cache.replace(fresh) {
-            queue.add(name);
+        for name in self.outputs.cache.replace(fresh) {
+            self.outputs.queue.add(name);
         }
         // A consistent list includes every write acknowledged before it.
-        window.seen(&resource_version);
+        self.outputs.window.seen(&resource_version);
         tracing::info!(
             nodes = count,
             streamed,
             %resource_version,
             "listed Nodes; watching"
         );
-        synced.send_modify(|state| {
+        self.synced.send_modify(|state| {
             state.lists += 1;
             state.streamed = streamed;
         });
+        (resource_version, stream)
+    }
+
+    /// Watches from `resource_version` (on `stream` if the streaming list left one open),
+    /// re-opening the watch as often as needed, until a re-list is needed or stop.
+    async fn watch(
+        &mut self,
+        mut resource_version: String,
+        mut stream: Option<WatchStream>,
+    ) -> Step {
         loop {
-            let mut open = match stream.take() {
+            let open = match stream.take() {
                 Some(open) => open,
-                None => {
-                    let params = WatchParams::default().timeout(WATCH_TIMEOUT_SECONDS);
-                    let opened = tokio::select! {
-                        biased;
-                        () = super::stopped(&mut stop) => return,
-                        opened = api.watch(&params, &resource_version) => opened,
-                    };
-                    match opened {
-                        Ok(open) => Box::pin(open) as WatchStream,
-                        Err(kube::Error::Api(status)) if status.code == 410 => {
-                            tracing::info!(%resource_version, "the watch fell behind the API server's history (410 Gone); listing again");
-                            continue 'relist;
-                        }
-                        Err(error) => {
-                            if is_client_broken(&error) {
-                                let _ = broken.send(Some(error_chain(&error)));
-                                return;
-                            }
-                            let wait = delay.next();
-                            tracing::warn!(error = %error_chain(&error), retry_in = ?wait, "watching Nodes failed");
-                            if sleep_or_stop(wait, &mut stop).await {
-                                return;
-                            }
-                            continue;
-                        }
-                    }
-                }
+                None => match self.open_watch(&resource_version).await {
+                    Ok(open) => open,
+                    Err(Step::Reopen) => continue,
+                    Err(step) => return step,
+                },
             };
-            let idle = Duration::from_secs(u64::from(WATCH_TIMEOUT_SECONDS)) + WATCH_IDLE_GRACE;
-            loop {
-                let next = tokio::select! {
-                    biased;
-                    () = super::stopped(&mut stop) => return,
-                    next = tokio::time::timeout(idle, open.next()) => next,
-                };
-                match next {
-                    Err(_) => {
-                        tracing::warn!(?idle, "the Node watch went silent; watching again");
-                        break;
-                    }
-                    Ok(None) => break,
-                    Ok(Some(Ok(WatchEvent::Added(node) | WatchEvent::Modified(node)))) => {
-                        if let Some(name) = cache.apply(&node) {
-                            queue.add(name);
-                        }
-                        if let Some(rv) = node.metadata.resource_version {
-                            window.seen(&rv);
-                            resource_version = rv;
-                        }
-                        delay.reset();
-                    }
-                    Ok(Some(Ok(WatchEvent::Deleted(node)))) => {
-                        // Urgent: a deletion frees blocks that waiting Nodes need now.
-                        if let Some(name) = cache.delete(node.name()) {
-                            queue.add_urgent(name);
-                        }
-                        if let Some(rv) = node.metadata.resource_version {
-                            window.seen(&rv);
-                            resource_version = rv;
-                        }
-                        delay.reset();
-                    }
-                    Ok(Some(Ok(WatchEvent::Bookmark(bookmark)))) => {
-                        window.seen(&bookmark.metadata.resource_version);
-                        resource_version = bookmark.metadata.resource_version;
-                    }
-                    Ok(Some(Ok(WatchEvent::Error(status)))) if status.code == 410 => {
-                        tracing::info!(%resource_version, "the watch fell behind the API server's history (410 Gone); listing again");
-                        continue 'relist;
-                    }
-                    Ok(Some(Ok(WatchEvent::Error(status)))) => {
-                        // Not 410: the server could not go on from this resourceVersion (a real
-                        // kube-apiserver without its watch cache answers a watch from exactly
-                        // etcd's compaction revision with 500 "PrevKv=nil", again on every
-                        // re-open). Watching again from the same version would loop; like
-                        // client-go's reflector (the error ends ListAndWatch, BackoffUntil calls
-                        // it again), list again after a backoff.
-                        let wait = delay.next();
-                        tracing::warn!(code = status.code, message = %status.message, retry_in = ?wait, "the Node watch reported an error; listing again");
-                        if sleep_or_stop(wait, &mut stop).await {
-                            return;
-                        }
-                        continue 'relist;
-                    }
-                    Ok(Some(Err(error))) => {
-                        if is_client_broken(&error) {
-                            let _ = broken.send(Some(error_chain(&error)));
-                            return;
-                        }
-                        tracing::warn!(error = %error_chain(&error), "reading the Node watch failed; watching again");
-                        break;
-                    }
-                }
+            match self.follow(open, &mut resource_version).await {
+                Step::Reopen => {}
+                step => return step,
             }
         }
+    }
+
+    /// Opens a WATCH from `resource_version`. `Err(Step::Reopen)` after a failure and its
+    /// backoff.
+    async fn open_watch(&mut self, resource_version: &str) -> Result<WatchStream, Step> {
+        let params = WatchParams::default().timeout(WATCH_TIMEOUT_SECONDS);
+        let opened = tokio::select! {
+            biased;
+            () = super::stopped(&mut self.stop) => return Err(Step::Stop),
+            opened = self.api.watch(&params, resource_version) => opened,
+        };
+        match opened {
+            Ok(open) => Ok(Box::pin(open) as WatchStream),
+            Err(kube::Error::Api(status)) if status.code == 410 => {
+                tracing::info!(%resource_version, "the watch fell behind the API server's history (410 Gone); listing again");
+                Err(Step::Relist)
+            }
+            Err(error) => {
+                if is_client_broken(&error) {
+                    let _ = self.broken.send(Some(error_chain(&error)));
+                    return Err(Step::Stop);
+                }
+                let wait = self.delay.next();
+                tracing::warn!(error = %error_chain(&error), retry_in = ?wait, "watching Nodes failed");
+                if sleep_or_stop(wait, &mut self.stop).await {
+                    return Err(Step::Stop);
+                }
+                Err(Step::Reopen)
+            }
+        }
+    }
+
+    /// Reads one watch stream until it ends, goes silent or fails.
+    async fn follow(&mut self, mut open: WatchStream, resource_version: &mut String) -> Step {
+        let idle = Duration::from_secs(u64::from(WATCH_TIMEOUT_SECONDS)) + WATCH_IDLE_GRACE;
+        loop {
+            let next = tokio::select! {
+                biased;
+                () = super::stopped(&mut self.stop) => return Step::Stop,
+                next = tokio::time::timeout(idle, open.next()) => next,
+            };
+            let event = match next {
+                Err(_) => {
+                    tracing::warn!(?idle, "the Node watch went silent; watching again");
+                    return Step::Reopen;
+                }
+                Ok(None) => return Step::Reopen,
+                Ok(Some(Ok(event))) => event,
+                Ok(Some(Err(error))) => {
+                    if is_client_broken(&error) {
+                        let _ = self.broken.send(Some(error_chain(&error)));
+                        return Step::Stop;
+                    }
+                    tracing::warn!(error = %error_chain(&error), "reading the Node watch failed; watching again");
+                    return Step::Reopen;
+                }
+            };
+            if let Some(step) = self.apply(event, resource_version).await {
+                return step;
+            }
+        }
+    }
+
+    /// Applies one watch event to the cache, the queue and the write window. `Some` when the
+    /// watch cannot go on.
+    async fn apply(
+        &mut self,
+        event: WatchEvent<SlimNode>,
+        resource_version: &mut String,
+    ) -> Option<Step> {
+        match event {
+            WatchEvent::Added(node) | WatchEvent::Modified(node) => {
+                if let Some(name) = self.outputs.cache.apply(&node) {
+                    self.outputs.queue.add(name);
+                }
+                if let Some(rv) = node.metadata.resource_version {
+                    self.outputs.window.seen(&rv);
+                    *resource_version = rv;
+                }
+                self.delay.reset();
+            }
+            WatchEvent::Deleted(node) => {
+                // Urgent: a deletion frees blocks that waiting Nodes need now.
+                if let Some(name) = self.outputs.cache.delete(node.name()) {
+                    self.outputs.queue.add_urgent(name);
+                }
+                if let Some(rv) = node.metadata.resource_version {
+                    self.outputs.window.seen(&rv);
+                    *resource_version = rv;
+                }
+                self.delay.reset();
+            }
+            WatchEvent::Bookmark(bookmark) => {
+                self.outputs
+                    .window
+                    .seen(&bookmark.metadata.resource_version);
+                *resource_version = bookmark.metadata.resource_version;
+            }
+            WatchEvent::Error(status) if status.code == 410 => {
+                tracing::info!(%resource_version, "the watch fell behind the API server's history (410 Gone); listing again");
+                return Some(Step::Relist);
+            }
+            WatchEvent::Error(status) => {
+                // Not 410: the server could not go on from this resourceVersion (a real
+                // kube-apiserver without its watch cache answers a watch from exactly etcd's
+                // compaction revision with 500 "PrevKv=nil", again on every re-open). Watching
+                // again from the same version would loop; like client-go's reflector (the error
+                // ends ListAndWatch, BackoffUntil calls it again), list again after a backoff.
+                let wait = self.delay.next();
+                tracing::warn!(code = status.code, message = %status.message, retry_in = ?wait, "the Node watch reported an error; listing again");
+                if sleep_or_stop(wait, &mut self.stop).await {
+                    return Some(Step::Stop);
+                }
+                return Some(Step::Relist);
+            }
+        }
+        None
     }
 }
 

@@ -42,7 +42,6 @@ use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use futures::FutureExt;
 use kube::Client;
 use nodeipam_core::{Cidr, IpamConfig};
 use tokio::sync::watch;
@@ -60,7 +59,7 @@ pub use worker::WriteGate;
 
 use crate::Error;
 use crate::flags::ControllerFlags;
-use crate::node_pools::NodePools;
+use crate::node_pools::Sizing;
 use crate::reconcile::{Allocator, PoolStats};
 
 /// Name of the controller (events' `reportingController`, field manager).
@@ -74,9 +73,10 @@ pub const DEFAULT_WORKERS: usize = 30;
 pub struct ControllerConfig {
     /// Validated cluster/service CIDRs and mask sizes.
     pub ipam: IpamConfig,
-    /// Per-Node mask sizes (`CloudAllocator` rules and mask labels); none by default (the range
-    /// allocator). Checked against `ipam` when [`run`] starts.
-    pub node_pools: NodePools,
+    /// Per-Node mask sizes and each cluster CIDR's grid (`CloudAllocator` rules and mask labels,
+    /// from [`crate::node_pools::NodePools::sizing`] against `ipam`); the range allocator's
+    /// ([`Sizing::range_allocator`]) in [`ControllerConfig::new`].
+    pub sizing: Sizing,
     /// Writes per second (token bucket refill).
     pub kube_api_qps: f64,
     /// Token bucket size.
@@ -111,8 +111,8 @@ impl ControllerConfig {
     /// 30 workers, streaming list, no start-up write fence.
     pub fn new(ipam: IpamConfig) -> ControllerConfig {
         ControllerConfig {
+            sizing: Sizing::range_allocator(&ipam),
             ipam,
-            node_pools: NodePools::default(),
             kube_api_qps: 20.0,
             kube_api_burst: 30,
             leader_election: None,
@@ -228,151 +228,271 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<RunSummary, Error> {
     // Fail fast on a configuration error, before taking a Lease.
-    build_allocator(&config)?;
-    let health = config.health.clone();
+    let allocator = build_allocator(&config)?;
+    run_with_allocator(config, allocator, client, shutdown).await
+}
+
+/// [`run`] with the allocator already built from `config` ([`build_allocator`]; the binary builds
+/// it while validating the flags, so a bad configuration exits 2 before anything starts, and it
+/// is built once).
+///
+/// # Errors
+/// As [`run`], but for the configuration errors that building the allocator reports.
+pub async fn run_with_allocator(
+    config: ControllerConfig,
+    allocator: Allocator,
+    client: Client,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<RunSummary, Error> {
     let (stop_tx, stop_rx) = watch::channel(false);
-    let shutdown = shutdown.shared();
     let _shutdown_waiter = {
-        let shutdown = shutdown.clone();
         let stop_tx = stop_tx.clone();
         OwnedTask::spawn(async move {
             shutdown.await;
             let _ = stop_tx.send(true);
         })
     };
-    let Some(election) = config.leader_election.clone() else {
-        health.set_leading(true);
-        let gate = WriteGate {
-            not_before: tokio::time::Instant::now() + config.startup_write_fence,
-            lease: None,
-            write_duration: config.request_timeout,
-        };
-        // Without leader election a write in doubt is the next process's start-up write fence's
-        // to wait out.
-        let in_doubt = Arc::new(InDoubtWrites::new());
-        let summary = pipeline::run(config, client, stop_rx, gate, in_doubt).await;
-        health.set_ready(false);
-        return summary;
-    };
-    let mut config = config;
-    config.request_timeout = write_timeout(config.request_timeout, &election);
-    let elector =
-        LeaderElector::new(client.clone(), election.clone()).map_err(Error::LeaderElection)?;
-    // Not ready while the Lease cannot be read (an unreachable API server): see `health`.
-    health.watch_lease_contact(elector.lease_contact(), election.lease_duration);
-    crate::metrics::set_leader_status(&election.name, false);
-    let (leadership_tx, mut leadership) = watch::channel(Leadership::default());
-    let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
-    // The Lease is released only when asked to (after every write has finished), never because
-    // the sender is gone: that is this future being dropped, with writes possibly in flight.
-    let mut election_task = OwnedTask::spawn(elector.run(leadership_tx, async move {
-        if release_rx.await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }));
-    // Standby, take-over and loss, one line each (renewals are quiet), and the leader gauge.
-    let leadership_log = {
-        let mut watch = leadership.clone();
-        let lease = format!("{}/{}", election.namespace, election.name);
-        let lease_name = election.name.clone();
-        tokio::spawn(async move {
-            let mut before: Option<Leadership> = None;
-            loop {
-                let now = watch.borrow_and_update().clone();
-                crate::metrics::set_leader_status(&lease_name, now.is_leading());
-                if let Some(line) = oplog::leadership_line(before.as_ref(), &now, &lease) {
-                    match now {
-                        Leadership::Lost => tracing::warn!(lease = %lease, "{line}"),
-                        _ => tracing::info!(lease = %lease, "{line}"),
-                    }
-                }
-                before = Some(now);
-                if watch.changed().await.is_err() {
-                    return;
-                }
-            }
-        })
-    };
-    // A standby whose elector runs could take over: it counts as ready.
-    health.set_ready(true);
-    let mut stop_wait = stop_rx.clone();
-    tokio::select! {
-        biased;
-        () = stopped(&mut stop_wait) => {
-            leadership_log.abort();
-            let _ = release_tx.send(());
-            let _ = election_task.await;
-            health.set_ready(false);
-            return Ok(RunSummary::default());
-        }
-        joined = &mut election_task => {
-            health.set_ready(false);
-            let error = match joined {
-                Ok(Err(e)) => Error::LeaderElection(e),
-                Ok(Ok(())) => Error::TaskFailed { task: "leader election", reason: "stopped".to_owned() },
-                Err(e) => Error::TaskFailed { task: "leader election", reason: e.to_string() },
-            };
-            health.set_failed(error.to_string());
-            return Err(error);
-        }
-        _ = async { leadership.wait_for(Leadership::is_leading).await.is_ok() } => {}
+    match config.leader_election.clone() {
+        None => run_unelected(config, allocator, client, stop_rx).await,
+        Some(lease) => run_elected(config, lease, allocator, client, (stop_tx, stop_rx)).await,
     }
-    tracing::info!(lease = %election.name, identity = %election.identity, "leading; allocating");
-    health.set_ready(false);
+}
+
+/// Without leader election: one allocating term, its writes held back by the start-up write
+/// fence. A write in doubt at the end is the next process's start-up write fence's to wait out.
+async fn run_unelected(
+    config: ControllerConfig,
+    allocator: Allocator,
+    client: Client,
+    stop: watch::Receiver<bool>,
+) -> Result<RunSummary, Error> {
+    let health = config.health.clone();
     health.set_leading(true);
     let gate = WriteGate {
-        not_before: tokio::time::Instant::now(),
-        lease: Some(leadership.clone()),
+        not_before: tokio::time::Instant::now() + config.startup_write_fence,
+        lease: None,
         write_duration: config.request_timeout,
     };
-    // The pipeline stops when leadership is lost or the elector ends, too.
-    let stop_on_loss = {
-        let stop_tx = stop_tx.clone();
-        let mut leadership = leadership.clone();
-        OwnedTask::spawn(async move {
-            let _ = leadership.wait_for(|l| !l.is_leading()).await.is_ok();
-            let _ = stop_tx.send(true);
-        })
-    };
     let in_doubt = Arc::new(InDoubtWrites::new());
-    let lease_name = format!("{}/{}", election.namespace, election.name);
-    let summary = pipeline::run(config, client, stop_rx, gate, in_doubt.clone()).await;
-    stop_on_loss.abort();
+    let summary = pipeline::run(config, allocator, client, stop, gate, in_doubt).await;
+    health.set_ready(false);
+    summary
+}
+
+/// With leader election, in phases: start the elector; stand by until leading (or stopped, or
+/// the elector ends); lead one allocating term; step down (writes in doubt waited out, the Lease
+/// released or lost).
+async fn run_elected(
+    mut config: ControllerConfig,
+    lease: LeaseConfig,
+    allocator: Allocator,
+    client: Client,
+    (stop_tx, stop): (watch::Sender<bool>, watch::Receiver<bool>),
+) -> Result<RunSummary, Error> {
+    config.request_timeout = write_timeout(config.request_timeout, &lease);
+    let health = config.health.clone();
+    let election = Election::start(&client, lease, &health)?;
+    // A standby whose elector runs could take over: it counts as ready.
+    health.set_ready(true);
+    let election = match election.stand_by(stop.clone(), &health).await {
+        Standby::Leading(election) => election,
+        Standby::Ended(ended) => return ended,
+    };
+    tracing::info!(lease = %election.lease.name, identity = %election.lease.identity, "leading; allocating");
+    health.set_ready(false);
+    health.set_leading(true);
+    let in_doubt = Arc::new(InDoubtWrites::new());
+    let summary = election
+        .lead(
+            config,
+            allocator,
+            client,
+            (&stop_tx, stop),
+            in_doubt.clone(),
+        )
+        .await;
     health.set_leading(false);
     health.set_ready(false);
-    // Every write has been answered, but one answered without a definite outcome may still be
-    // applied by the API server: the Lease stays ours (renewed) until none can land any more.
-    hold_lease_for_writes_in_doubt(&in_doubt, &mut leadership, &lease_name).await;
-    leadership_log.abort();
-    let lost = matches!(*leadership.borrow(), Leadership::Lost) || election_task.is_finished();
-    let _ = release_tx.send(());
-    let released = election_task.await;
-    crate::metrics::set_leader_status(&election.name, false);
-    match released {
-        Ok(Ok(())) if !lost => tracing::info!("released the Lease"),
-        Ok(Ok(())) => {}
-        Ok(Err(LeaderError::Release { source, .. })) => {
-            tracing::warn!(error = %source, "releasing the Lease failed; it expires instead");
-        }
-        Ok(Err(e)) => {
-            tracing::error!(error = %e, "lost the Lease; stopped allocating");
-            health.set_failed(e.to_string());
-            return Err(Error::LeaderElection(e));
-        }
-        Err(e) => {
-            let error = Error::TaskFailed {
-                task: "leader election",
-                reason: e.to_string(),
-            };
-            health.set_failed(error.to_string());
-            return Err(error);
-        }
-    }
-    if lost {
-        health.set_failed("leader election: lost the Lease");
-        return Err(Error::LeadershipLost);
-    }
+    election.step_down(&in_doubt, &health).await?;
     summary
+}
+
+/// The elector's task and its channels, from [`Election::start`] to [`Election::step_down`].
+struct Election {
+    lease: LeaseConfig,
+    task: OwnedTask<Result<(), LeaderError>>,
+    leadership: watch::Receiver<Leadership>,
+    /// Asks the elector to release the Lease (only after every write has finished).
+    release: tokio::sync::oneshot::Sender<()>,
+    /// Standby, take-over and loss, one line each, and the leader gauge.
+    log: tokio::task::JoinHandle<()>,
+}
+
+/// How standing by ended.
+enum Standby {
+    /// This replica leads: allocate.
+    Leading(Election),
+    /// Stopped while standing by (`Ok`, nothing allocated), or the elector ended (`Err`).
+    Ended(Result<RunSummary, Error>),
+}
+
+impl Election {
+    /// Starts the elector (its Lease reads feed readiness, see [`Health::watch_lease_contact`])
+    /// and the leadership log.
+    fn start(client: &Client, lease: LeaseConfig, health: &Health) -> Result<Election, Error> {
+        let elector =
+            LeaderElector::new(client.clone(), lease.clone()).map_err(Error::LeaderElection)?;
+        // Not ready while the Lease cannot be read (an unreachable API server): see `health`.
+        health.watch_lease_contact(elector.lease_contact(), lease.lease_duration);
+        crate::metrics::set_leader_status(&lease.name, false);
+        let (leadership_tx, leadership) = watch::channel(Leadership::default());
+        let (release, release_rx) = tokio::sync::oneshot::channel::<()>();
+        // The Lease is released only when asked to (after every write has finished), never
+        // because the sender is gone: that is this future being dropped, with writes possibly in
+        // flight.
+        let task = OwnedTask::spawn(elector.run(leadership_tx, async move {
+            if release_rx.await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }));
+        let log = spawn_leadership_log(leadership.clone(), &lease);
+        Ok(Election {
+            lease,
+            task,
+            leadership,
+            release,
+            log,
+        })
+    }
+
+    /// Waits until this replica leads, `stop` is set (the Lease is released if it was ever ours)
+    /// or the elector ends (an error).
+    async fn stand_by(mut self, mut stop: watch::Receiver<bool>, health: &Health) -> Standby {
+        let mut leadership = self.leadership.clone();
+        tokio::select! {
+            biased;
+            () = stopped(&mut stop) => {
+                self.log.abort();
+                let _ = self.release.send(());
+                let _ = self.task.await;
+                health.set_ready(false);
+                Standby::Ended(Ok(RunSummary::default()))
+            }
+            joined = &mut self.task => {
+                health.set_ready(false);
+                let error = match joined {
+                    Ok(Err(e)) => Error::LeaderElection(e),
+                    Ok(Ok(())) => Error::TaskFailed { task: "leader election", reason: "stopped".to_owned() },
+                    Err(e) => Error::TaskFailed { task: "leader election", reason: e.to_string() },
+                };
+                health.set_failed(error.to_string());
+                Standby::Ended(Err(error))
+            }
+            _ = async { leadership.wait_for(Leadership::is_leading).await.is_ok() } => Standby::Leading(self),
+        }
+    }
+
+    /// One allocating term while leading; it also stops when leadership is lost or the elector
+    /// ends.
+    async fn lead(
+        &self,
+        config: ControllerConfig,
+        allocator: Allocator,
+        client: Client,
+        (stop_tx, stop): (&watch::Sender<bool>, watch::Receiver<bool>),
+        in_doubt: Arc<InDoubtWrites>,
+    ) -> Result<RunSummary, Error> {
+        let gate = WriteGate {
+            not_before: tokio::time::Instant::now(),
+            lease: Some(self.leadership.clone()),
+            write_duration: config.request_timeout,
+        };
+        let stop_on_loss = {
+            let stop_tx = stop_tx.clone();
+            let mut leadership = self.leadership.clone();
+            OwnedTask::spawn(async move {
+                let _ = leadership.wait_for(|l| !l.is_leading()).await.is_ok();
+                let _ = stop_tx.send(true);
+            })
+        };
+        let summary = pipeline::run(config, allocator, client, stop, gate, in_doubt).await;
+        stop_on_loss.abort();
+        summary
+    }
+
+    /// After the term: keeps the Lease while a write in doubt can still land, then releases it.
+    /// `Err` if the Lease was lost (or could not be managed) meanwhile.
+    async fn step_down(self, in_doubt: &InDoubtWrites, health: &Health) -> Result<(), Error> {
+        let Election {
+            lease,
+            task,
+            mut leadership,
+            release,
+            log,
+        } = self;
+        // Every write has been answered, but one answered without a definite outcome may still
+        // be applied by the API server: the Lease stays ours (renewed) until none can land any
+        // more.
+        let lease_name = format!("{}/{}", lease.namespace, lease.name);
+        hold_lease_for_writes_in_doubt(in_doubt, &mut leadership, &lease_name).await;
+        log.abort();
+        let lost = matches!(*leadership.borrow(), Leadership::Lost) || task.is_finished();
+        let _ = release.send(());
+        let released = task.await;
+        crate::metrics::set_leader_status(&lease.name, false);
+        match released {
+            Ok(Ok(())) if !lost => tracing::info!("released the Lease"),
+            Ok(Ok(())) => {}
+            Ok(Err(LeaderError::Release { source, .. })) => {
+                tracing::warn!(error = %source, "releasing the Lease failed; it expires instead");
+            }
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "lost the Lease; stopped allocating");
+                health.set_failed(e.to_string());
+                return Err(Error::LeaderElection(e));
+            }
+            Err(e) => {
+                let error = Error::TaskFailed {
+                    task: "leader election",
+                    reason: e.to_string(),
+                };
+                health.set_failed(error.to_string());
+                return Err(error);
+            }
+        }
+        if lost {
+            health.set_failed("leader election: lost the Lease");
+            return Err(Error::LeadershipLost);
+        }
+        Ok(())
+    }
+}
+
+/// Logs standby, take-over and loss, one line each (renewals are quiet), and sets the leader
+/// gauge, until aborted.
+fn spawn_leadership_log(
+    mut watch: watch::Receiver<Leadership>,
+    lease: &LeaseConfig,
+) -> tokio::task::JoinHandle<()> {
+    let lease_path = format!("{}/{}", lease.namespace, lease.name);
+    let lease_name = lease.name.clone();
+    tokio::spawn(async move {
+        let mut before: Option<Leadership> = None;
+        loop {
+            let now = watch.borrow_and_update().clone();
+            crate::metrics::set_leader_status(&lease_name, now.is_leading());
+            if let Some(line) = oplog::leadership_line(before.as_ref(), &now, &lease_path) {
+                match now {
+                    Leadership::Lost => tracing::warn!(lease = %lease_path, "{line}"),
+                    _ => tracing::info!(lease = %lease_path, "{line}"),
+                }
+            }
+            before = Some(now);
+            if watch.changed().await.is_err() {
+                return;
+            }
+        }
+    })
 }
 
 /// A stopping leader's last duty before it releases the Lease (issue 15, item 1): while a write it
@@ -415,18 +535,13 @@ async fn hold_lease_for_writes_in_doubt(
     }
 }
 
-/// The allocator for `config`: its node-pool sizes checked against the cluster CIDRs, the grid
-/// fixed, the service CIDRs reserved.
+/// The allocator for `config`: the grid of `config.sizing` fixed, the service CIDRs reserved.
 ///
 /// # Errors
-/// [`Error::NodePools`] for rules that do not fit the cluster CIDRs; [`Error::Pool`] if a service
-/// CIDR fills a cluster CIDR.
+/// [`Error::Pool`] if a service CIDR fills a cluster CIDR (or `config.sizing` was not built from
+/// `config.ipam`).
 pub fn build_allocator(config: &ControllerConfig) -> Result<Allocator, Error> {
-    let sizing = config
-        .node_pools
-        .sizing(&config.ipam)
-        .map_err(Error::NodePools)?;
-    Allocator::with_sizing(&config.ipam, sizing).map_err(Error::Pool)
+    Allocator::with_sizing(&config.ipam, config.sizing.clone()).map_err(Error::Pool)
 }
 
 /// The request timeout the workers use while leading: at most `lease duration − retry period −

@@ -117,7 +117,7 @@ impl NodeRecord {
 }
 
 /// The allocator state: the pool and who holds what.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Allocator {
     pool: Pool<Vec<u64>>,
     service_cidrs: Vec<Cidr>,
