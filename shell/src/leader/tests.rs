@@ -4,6 +4,7 @@
 mod fake_api;
 
 use http::Method;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
