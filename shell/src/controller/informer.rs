@@ -101,7 +101,7 @@ impl NodeCache {
     }
 
     /// Stores `node`; returns its name as the cache shares it (`None` for a Node without a name).
-    fn apply(&self, node: &SlimNode) -> Option<NodeName> {
+    pub(super) fn apply(&self, node: &SlimNode) -> Option<NodeName> {
         let name = node.name();
         if name.is_empty() {
             return None;

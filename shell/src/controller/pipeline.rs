@@ -528,3 +528,151 @@ fn startup_occupy(
     );
     events
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Signals that nothing has set yet; the senders are handed back to set them.
+    #[allow(clippy::type_complexity)]
+    fn signals() -> (
+        Signals,
+        (
+            watch::Sender<bool>,
+            watch::Sender<Option<String>>,
+            watch::Sender<Option<String>>,
+        ),
+    ) {
+        let (stop_tx, stop) = watch::channel(false);
+        let (broken_tx, broken) = watch::channel(None);
+        let (panicked_tx, panicked) = watch::channel(None);
+        (
+            Signals {
+                stop,
+                broken,
+                panicked,
+            },
+            (stop_tx, broken_tx, panicked_tx),
+        )
+    }
+
+    /// [`supervise`], failing the test if it has not ended within 10 s.
+    async fn ended(
+        informer: &mut OwnedTask<()>,
+        dispatcher: &mut OwnedTask<Result<(), Error>>,
+        signals: &mut Signals,
+    ) -> Supervised {
+        tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            supervise(informer, dispatcher, signals),
+        )
+        .await
+        .expect("supervision ends")
+    }
+
+    fn worker_failed(reason: &str) -> Error {
+        Error::TaskFailed {
+            task: "a node CIDR update worker",
+            reason: reason.to_owned(),
+        }
+    }
+
+    /// The informer and the dispatcher end on stop too; such an ending is the clean shutdown,
+    /// anything else ends the term with an error naming the task (the chaos suite once saw a
+    /// clean shutdown reported as "the Node informer stopped unexpectedly: returned ()").
+    #[test]
+    fn a_task_ending_on_stop_is_the_clean_shutdown_and_otherwise_a_failure() {
+        let informer_ended = || Err(Ended::Informer(Ok(())));
+        assert_eq!(judge(informer_ended(), true, false), Ok(()));
+        assert_eq!(
+            judge(informer_ended(), false, false),
+            Err(("the Node informer", "returned ()".to_owned()))
+        );
+        // Stop was asked for, but the informer ended because the client broke: a failure.
+        assert!(judge(informer_ended(), true, true).is_err());
+        let dispatcher_ended = || Err(Ended::Dispatcher(Ok(Ok(()))));
+        assert_eq!(judge(dispatcher_ended(), true, false), Ok(()));
+        assert_eq!(
+            judge(dispatcher_ended(), false, false),
+            Err(("the workers", "stopped".to_owned()))
+        );
+        // A worker that panicked is a failure even while stopping.
+        assert_eq!(
+            judge(
+                Err(Ended::Dispatcher(Ok(Err(worker_failed("boom"))))),
+                true,
+                false
+            ),
+            Err((
+                "the workers",
+                "a node CIDR update worker stopped unexpectedly: boom".to_owned()
+            ))
+        );
+        assert_eq!(
+            judge(
+                Err(Ended::Failed("the Kubernetes client", "closed".to_owned())),
+                true,
+                false
+            ),
+            Err(("the Kubernetes client", "closed".to_owned()))
+        );
+    }
+
+    /// A dispatcher task that panics ends supervision at once, as a failure of "the workers"
+    /// carrying the panic; the informer's handle is left for the wind-down to stop.
+    #[tokio::test]
+    async fn supervision_ends_on_a_panicking_dispatcher() {
+        let (mut signals, _senders) = signals();
+        let mut informer = OwnedTask::spawn(std::future::pending::<()>());
+        let mut dispatcher = OwnedTask::spawn(async {
+            if std::hint::black_box(true) {
+                panic!("a worker bug");
+            }
+            Ok::<(), Error>(())
+        });
+        let Supervised { outcome, done } =
+            ended(&mut informer, &mut dispatcher, &mut signals).await;
+        assert_eq!(
+            done,
+            Done {
+                informer: false,
+                dispatcher: true
+            }
+        );
+        match judge(outcome, false, false) {
+            Err(("the workers", reason)) => assert!(reason.contains("panic"), "{reason}"),
+            other => panic!("expected a failure of the workers, got {other:?}"),
+        }
+        assert!(!informer.is_finished());
+    }
+
+    /// Stop ends supervision cleanly without waiting for either task; a broken client or a
+    /// panic anywhere (the panic hook's channel) ends it as a failure naming the cause.
+    #[tokio::test]
+    async fn supervision_ends_on_stop_a_broken_client_or_a_panic() {
+        for signal in ["stop", "broken", "panicked"] {
+            let (mut signals, (stop, broken, panicked)) = signals();
+            let mut informer = OwnedTask::spawn(std::future::pending::<()>());
+            let mut dispatcher = OwnedTask::spawn(std::future::pending::<Result<(), Error>>());
+            match signal {
+                "stop" => stop.send_replace(true),
+                "broken" => broken
+                    .send_replace(Some("buffer closed".to_owned()))
+                    .is_some(),
+                _ => panicked
+                    .send_replace(Some("oops at x.rs:1".to_owned()))
+                    .is_some(),
+            };
+            let Supervised { outcome, done } =
+                ended(&mut informer, &mut dispatcher, &mut signals).await;
+            assert_eq!(done, Done::default(), "{signal}");
+            let judged = judge(outcome, signal == "stop", signal == "broken");
+            let expected = match signal {
+                "stop" => Ok(()),
+                "broken" => Err(("the Kubernetes client", "buffer closed".to_owned())),
+                _ => Err(("a task", "panicked: oops at x.rs:1".to_owned())),
+            };
+            assert_eq!(judged, expected, "{signal}");
+        }
+    }
+}

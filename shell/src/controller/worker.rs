@@ -648,6 +648,89 @@ mod tests {
         }
     }
 
+    /// A client whose API server answers a PATCH of a Node after `delay` with `node` (a
+    /// fixture Node) carrying the patched `spec.podCIDR(s)`, counting the PATCHes in `patches`
+    /// and telling `arrived` when one comes in; any other request gets 500.
+    fn patching_client(
+        node: serde_json::Value,
+        delay: Duration,
+        arrived: Arc<tokio::sync::Notify>,
+        patches: Arc<std::sync::atomic::AtomicUsize>,
+    ) -> Client {
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let (mut node, arrived, patches) = (node.clone(), arrived.clone(), patches.clone());
+            async move {
+                if request.method() != http::Method::PATCH {
+                    let refused = http::Response::builder()
+                        .status(500)
+                        .body(kube::client::Body::empty())
+                        .expect("response");
+                    return Ok::<_, std::convert::Infallible>(refused);
+                }
+                let body = http_body_util::BodyExt::collect(request.into_body())
+                    .await
+                    .expect("body")
+                    .to_bytes();
+                let patch: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+                patches.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                arrived.notify_one();
+                tokio::time::sleep(delay).await;
+                node["spec"]["podCIDR"] = patch["spec"]["podCIDR"].clone();
+                node["spec"]["podCIDRs"] = patch["spec"]["podCIDRs"].clone();
+                node["metadata"]["resourceVersion"] = "2".into();
+                let answer = serde_json::to_vec(&node).expect("JSON");
+                Ok(http::Response::builder()
+                    .status(200)
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(answer))
+                    .expect("response"))
+            }
+        });
+        Client::new(service, "default")
+    }
+
+    /// A worker stops on the stop signal with no write left in doubt: a PATCH already sent when
+    /// stop comes is waited for (not abandoned), its answer is applied — the Node holds its
+    /// block, nothing is pending — and `dispatch` returns `Ok`.
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_waits_for_the_write_in_flight() {
+        let fixture: serde_json::Value = serde_json::from_str(include_str!(
+            "../../../fixtures/nodes/07-eks-2nodes-no-podcidr.json"
+        ))
+        .expect("fixture");
+        let node = fixture["items"][0].clone();
+        let name: NodeName = node["metadata"]["name"].as_str().expect("name").into();
+        let config = nodeipam_core::config::validate("10.244.0.0/16", "", NodeMaskFlags::default())
+            .expect("valid");
+        let arrived = Arc::new(tokio::sync::Notify::new());
+        let patches = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut shared = shared(Allocator::new(&config).expect("pool"));
+        shared.client = patching_client(
+            node.clone(),
+            Duration::from_millis(300),
+            arrived.clone(),
+            patches.clone(),
+        );
+        let slim: SlimNode = serde_json::from_value(node).expect("Node");
+        shared.cache.apply(&slim);
+        shared.queue.add(name.clone());
+        let shared = Arc::new(shared);
+        let (stop, stopped) = watch::channel(false);
+        let dispatcher = tokio::spawn(dispatch(shared.clone(), stopped));
+        arrived.notified().await;
+        stop.send_replace(true);
+        let ended = dispatcher.await.expect("joined");
+        assert!(ended.is_ok(), "{ended:?}");
+        assert_eq!(patches.load(std::sync::atomic::Ordering::SeqCst), 1);
+        let allocator = lock(&shared.allocator);
+        assert_eq!(
+            allocator.held(&name).map(<[Cidr]>::to_vec),
+            Some(vec!["10.244.0.0/24".parse().expect("CIDR")]),
+        );
+        assert!(!allocator.is_pending(&name) && !allocator.is_maybe_sent(&name));
+        assert!(shared.settings.in_doubt.pending(Instant::now()).is_none());
+    }
+
     /// A Node deleted while its cluster CIDR is full: the dispatcher finishes the release without
     /// I/O, and must do the same bookkeeping `apply` does — the pool figures show the freed
     /// block, and the exhaustion warning's rate limit is reset so the next exhaustion is logged
