@@ -1,0 +1,271 @@
+//! Tests of the command line: parsing, defaults, validation messages.
+
+use std::net::SocketAddr;
+
+use super::*;
+use crate::node_pools::NodePools;
+
+#[test]
+fn go_durations() {
+    let cases = [
+        ("15s", Some(Duration::from_secs(15))),
+        ("1m30s", Some(Duration::from_secs(90))),
+        ("500ms", Some(Duration::from_millis(500))),
+        ("1.5s", Some(Duration::from_millis(1500))),
+        ("0", Some(Duration::ZERO)),
+        ("2h", Some(Duration::from_secs(7200))),
+        ("", None),
+        ("15", None),
+        ("s", None),
+        ("15x", None),
+        ("-1s", None),
+    ];
+    for (text, want) in cases {
+        assert_eq!(parse_go_duration(text).ok(), want, "{text}");
+    }
+}
+
+#[test]
+fn defaults_match_kube_controller_manager() {
+    let cli = Cli::try_parse_from(["nodeipam-controller", "--cluster-cidr=10.244.0.0/16"])
+        .expect("parses");
+    assert!(cli.ipam.allocate_node_cidrs);
+    assert_eq!(cli.ipam.cidr_allocator_type, RANGE_ALLOCATOR);
+    assert_eq!(cli.controller.kube_api_qps, 20.0);
+    assert_eq!(cli.controller.kube_api_burst, 30);
+    assert!(
+        cli.controller.leader_elect,
+        "kube-controller-manager elects a leader by default"
+    );
+    assert_eq!(cli.controller.node_cidr_update_workers, 30);
+    assert_eq!(
+        cli.controller.leader_elect_lease_duration,
+        Duration::from_secs(15)
+    );
+    assert_eq!(
+        cli.controller.leader_elect_renew_deadline,
+        Duration::from_secs(10)
+    );
+    assert_eq!(
+        cli.controller.leader_elect_retry_period,
+        Duration::from_secs(2)
+    );
+    assert_eq!(
+        cli.controller.leader_elect_resource_namespace,
+        "kube-system"
+    );
+    assert_eq!(
+        cli.controller.leader_elect_resource_name,
+        DEFAULT_LEASE_NAME
+    );
+}
+
+#[test]
+fn go_style_booleans() {
+    let cli = Cli::try_parse_from([
+        "nodeipam-controller",
+        "--allocate-node-cidrs=false",
+        "--leader-elect",
+    ])
+    .expect("parses");
+    assert!(!cli.ipam.allocate_node_cidrs);
+    assert!(cli.controller.leader_elect);
+}
+
+#[test]
+fn bad_flags_are_rejected() {
+    for args in [
+        vec!["--cidr-allocator-type=IPAMFromCluster"],
+        vec!["--node-mask-label-range=ipv4=26-23"],
+        vec!["--kube-api-qps=0"],
+        vec!["--kube-api-burst=0"],
+        vec!["--node-cidr-mask-size=300"],
+        vec!["--leader-elect-lease-duration=soon"],
+        vec!["--metrics-bind-address=nowhere"],
+        vec!["--node-cidr-update-workers=0"],
+        vec!["--node-cidr-update-workers=lots"],
+    ] {
+        let argv = std::iter::once("nodeipam-controller").chain(args.iter().copied());
+        assert!(Cli::try_parse_from(argv).is_err(), "{args:?}");
+    }
+}
+
+#[test]
+fn node_pool_flags() {
+    let parse = |args: &[&str]| {
+        let argv = std::iter::once("nodeipam-controller").chain(args.iter().copied());
+        Cli::try_parse_from(argv).expect("parses").ipam.node_pools()
+    };
+    let pools = parse(&[
+        "--cidr-allocator-type=CloudAllocator",
+        "--node-cidr-mask-size-rule",
+        "kubernetes.azure.com/agentpool=bigpool:ipv4=23,ipv6=64",
+        "--node-cidr-mask-size-rule=agentpool=small:ipv4=26",
+        "--allow-node-mask-label",
+        "--node-mask-label-range=ipv4=22-26",
+    ])
+    .expect("valid");
+    let texts: Vec<&str> = pools.rules.iter().map(|r| r.text.as_str()).collect();
+    assert_eq!(
+        texts,
+        [
+            "kubernetes.azure.com/agentpool=bigpool:ipv4=23,ipv6=64",
+            "agentpool=small:ipv4=26"
+        ]
+    );
+    assert!(pools.allow_mask_label);
+    assert_eq!(pools.label_range.ipv4, Some((22, 26)));
+    assert_eq!(
+        parse(&[]).expect("no rules"),
+        NodePools::default(),
+        "RangeAllocator by default"
+    );
+    for flag in [
+        "--node-cidr-mask-size-rule=agentpool=big:ipv4=23",
+        "--allow-node-mask-label",
+        "--node-cidr-mask-size-rules-file=/nonexistent",
+    ] {
+        let error = parse(&[flag])
+            .expect_err("needs CloudAllocator")
+            .to_string();
+        assert!(
+            error.contains("needs --cidr-allocator-type=CloudAllocator"),
+            "{error}"
+        );
+    }
+    let error = parse(&[
+        "--cidr-allocator-type=CloudAllocator",
+        "--node-cidr-mask-size-rule=agentpool=big:ipv4=23",
+        "--node-cidr-mask-size-rule=agentpool",
+    ])
+    .expect_err("bad second rule")
+    .to_string();
+    assert!(
+        error.starts_with("--node-cidr-mask-size-rule #2 \"agentpool\""),
+        "{error}"
+    );
+    let error = parse(&[
+        "--cidr-allocator-type=CloudAllocator",
+        "--node-cidr-mask-size-rules-file=/nonexistent/rules",
+    ])
+    .expect_err("missing file")
+    .to_string();
+    assert!(error.contains("/nonexistent/rules"), "{error}");
+}
+
+/// `--leader-elect-renew-deadline`'s help says what the leader does: it renews every retry
+/// period (it said the leader renewed once 5s of the 15s Lease were left).
+#[test]
+fn renew_deadline_help_says_when_the_leader_renews() {
+    use clap::CommandFactory;
+    let command = Cli::command();
+    let help = command
+        .get_arguments()
+        .find(|a| a.get_id() == "leader_elect_renew_deadline")
+        .and_then(|a| a.get_help())
+        .map(ToString::to_string)
+        .expect("documented flag");
+    assert!(
+        help.contains("renews every --leader-elect-retry-period (2s by default)"),
+        "{help}"
+    );
+    assert!(!help.contains("5s of its 15s"), "{help}");
+}
+
+/// `--leader-elect True` (value apart) is refused naming the flag and `--leader-elect=True`;
+/// it blamed `True` as a subcommand, or as `plan`'s file.
+#[test]
+fn boolean_value_given_apart_names_the_flag() {
+    for argv in [
+        vec![
+            "nodeipam-controller",
+            "--leader-elect",
+            "True",
+            "--cluster-cidr=10.0.0.0/16",
+        ],
+        vec!["nodeipam-controller", "plan", "--leader-elect", "True"],
+        vec!["nodeipam-controller", "--allocate-node-cidrs", "false"],
+    ] {
+        let error = parse_from(argv.clone())
+            .map(|_| ())
+            .expect_err("refused")
+            .to_string();
+        let flag = argv
+            .iter()
+            .find(|a| a.starts_with("--") && !a.contains('='))
+            .unwrap();
+        let value = argv[argv.iter().position(|a| a == flag).unwrap() + 1];
+        assert!(
+            error.contains(&format!(
+                "{flag} {value}: a boolean flag takes its value after '=' ({flag}={value})"
+            )),
+            "{argv:?}: {error}"
+        );
+    }
+    // `=` forms, and a flag alone before another flag or `plan`'s file, are fine.
+    for argv in [
+        vec![
+            "nodeipam-controller",
+            "--leader-elect=True",
+            "--cluster-cidr=10.0.0.0/16",
+        ],
+        vec![
+            "nodeipam-controller",
+            "--leader-elect",
+            "--cluster-cidr=10.0.0.0/16",
+        ],
+        vec![
+            "nodeipam-controller",
+            "plan",
+            "--leader-elect",
+            "nodes.json",
+        ],
+    ] {
+        assert!(parse_from(argv.clone()).is_ok(), "{argv:?}");
+    }
+}
+
+/// `--controllers` that leaves nodeipam out: the message says what to change — remove the
+/// entry that disables it, or add it when nothing names it (it said "remove -nodeipam" for
+/// `--controllers=bootstrapsigner`, which has none).
+#[test]
+fn controllers_without_nodeipam_say_what_to_change() {
+    let error = |controllers: &str| {
+        let cli = Cli::try_parse_from(["nodeipam-controller", controllers]).expect("parses");
+        cli.compat.validate(&cli.controller).expect_err("refused")
+    };
+    assert_eq!(
+        error("--controllers=bootstrapsigner"),
+        "--controllers=bootstrapsigner does not enable the node IPAM controller (nodeipam): it names neither nodeipam nor *, and this process is that controller; add nodeipam (or *) here, or leave --controllers out"
+    );
+    assert_eq!(
+        error("--controllers=*,-node-ipam-controller"),
+        "--controllers=*,-node-ipam-controller does not enable the node IPAM controller (nodeipam), and this process is that controller: remove -node-ipam-controller here (keep it on kube-controller-manager)"
+    );
+    let cli = Cli::try_parse_from([
+        "nodeipam-controller",
+        "--controllers=bootstrapsigner,nodeipam",
+    ])
+    .expect("parses");
+    assert_eq!(cli.compat.validate(&cli.controller), Ok(()));
+}
+
+#[test]
+fn bind_addresses() {
+    assert_eq!(parse_bind_address("0"), Ok(BindAddress(None)));
+    assert_eq!(
+        parse_bind_address(":9090"),
+        Ok(BindAddress(Some(SocketAddr::from(([0, 0, 0, 0], 9090)))))
+    );
+}
+
+#[test]
+fn config_errors_name_the_flag() {
+    let cli = Cli::try_parse_from([
+        "nodeipam-controller",
+        "--cluster-cidr=10.244.0.0/16,10.245.0.0/16",
+    ])
+    .expect("parses");
+    let err = cli.ipam.validate().expect_err("two IPv4 cluster CIDRs");
+    assert!(err.to_string().contains("--cluster-cidr"), "{err}");
+}
