@@ -268,6 +268,7 @@ mod tests {
                 .collect(),
             allow_mask_label: label_range.is_some(),
             label_range: label_range.unwrap_or_default(),
+            ..NodePools::default()
         }
     }
 

@@ -463,6 +463,7 @@ fn every_visible_flag_is_in_the_table() {
             "node-cidr-mask-size-rules-file",
             "node-cidr-update-workers",
             "node-mask-label-range",
+            "node-selector",
         ]
     );
 }
