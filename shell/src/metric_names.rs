@@ -35,6 +35,11 @@ pub const CIDRSET_LARGEST_FREE_ALIGNED_BLOCKS: &str =
 pub const RATE_LIMITER_USE: &str = "node_ipam_controller_rate_limiter_use";
 /// Gauge: Node names waiting in the work queue.
 pub const WORKQUEUE_DEPTH: &str = "node_ipam_controller_workqueue_depth";
+/// Histogram, seconds: how long one work-queue item takes, from the worker taking the Node name
+/// to its reconcile being done (decision, write, events). client-go's `workqueue_work_duration_seconds`
+/// (same meaning and buckets, [`WORK_DURATION_BUCKETS`]), named in our family.
+pub const WORKQUEUE_WORK_DURATION_SECONDS: &str =
+    "node_ipam_controller_workqueue_work_duration_seconds";
 /// Counter: reconciles re-queued with backoff (exhausted pool, failed patch, API error).
 pub const WORKQUEUE_RETRIES_TOTAL: &str = "node_ipam_controller_workqueue_retries_total";
 /// Counter: Nodes skipped because their podCIDRs could not be occupied, or (without podCIDRs)
@@ -66,6 +71,12 @@ pub const LABEL_CLUSTER_CIDR: &str = "clusterCIDR";
 pub const LABEL_REASON: &str = "reason";
 /// Label: a bounded error kind.
 pub const LABEL_ERROR: &str = "error";
+
+/// Buckets of [`WORKQUEUE_WORK_DURATION_SECONDS`], seconds: client-go's workqueue metrics
+/// (`k8s.io/component-base/metrics/prometheus/workqueue`: `ExponentialBuckets(10e-9, 10, 10)`),
+/// 10 ns to 10 s.
+pub const WORK_DURATION_BUCKETS: [f64; 10] =
+    [1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0];
 
 /// Buckets of [`CIDRSET_ALLOCATION_TRIES_PER_REQUEST`] (upstream's exponential 1×5^n, n < 5).
 pub const ALLOCATION_TRIES_BUCKETS: [f64; 5] = [1.0, 5.0, 25.0, 125.0, 625.0];

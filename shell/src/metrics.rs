@@ -10,18 +10,28 @@ use crate::Error;
 use crate::metric_names as m;
 use crate::reconcile::{MetricEvent, PoolStats};
 
-/// A Prometheus builder with our histogram buckets (1, 5, 25, 125, 625 tries). Tests use
-/// `prometheus_builder().build_recorder()` and render its handle without a port.
+/// A Prometheus builder with our histogram buckets (allocation tries: 1, 5, 25, 125, 625; work
+/// duration: client-go's, 10 ns to 10 s). Tests use `prometheus_builder().build_recorder()` and
+/// render its handle without a port.
 pub fn prometheus_builder() -> PrometheusBuilder {
-    let builder = PrometheusBuilder::new();
-    match builder.set_buckets_for_metric(
-        Matcher::Full(m::CIDRSET_ALLOCATION_TRIES_PER_REQUEST.to_owned()),
-        &m::ALLOCATION_TRIES_BUCKETS,
-    ) {
-        Ok(builder) => builder,
-        // Only fails for an empty bucket list, which ours is not.
-        Err(_) => PrometheusBuilder::new(),
+    let mut builder = PrometheusBuilder::new();
+    for (name, buckets) in [
+        (
+            m::CIDRSET_ALLOCATION_TRIES_PER_REQUEST,
+            &m::ALLOCATION_TRIES_BUCKETS[..],
+        ),
+        (
+            m::WORKQUEUE_WORK_DURATION_SECONDS,
+            &m::WORK_DURATION_BUCKETS[..],
+        ),
+    ] {
+        builder = match builder.set_buckets_for_metric(Matcher::Full(name.to_owned()), buckets) {
+            Ok(builder) => builder,
+            // Only fails for an empty bucket list, which ours are not.
+            Err(_) => PrometheusBuilder::new(),
+        };
     }
+    builder
 }
 
 /// Installs the process-wide recorder; its handle renders the Prometheus text (served by the
@@ -77,6 +87,11 @@ pub fn describe() {
         "A metric measuring the saturation of the rate limiter."
     );
     describe_gauge!(m::WORKQUEUE_DEPTH, "Node names waiting in the work queue.");
+    describe_histogram!(
+        m::WORKQUEUE_WORK_DURATION_SECONDS,
+        metrics::Unit::Seconds,
+        "How long in seconds processing an item from workqueue takes."
+    );
     describe_counter!(
         m::WORKQUEUE_RETRIES_TOTAL,
         "Reconciles re-queued with a delay (backoff, Retry-After, a waiting Node's safety re-check)."

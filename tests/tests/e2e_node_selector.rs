@@ -9,7 +9,10 @@
 //! - a Node that leaves the selection keeps its block (no release, no write) until it is
 //!   deleted; a Node that enters it is served;
 //! - `plan` on the same NodeList predicts the controller's assignments and shows the unselected
-//!   Nodes as `ignore`.
+//!   Nodes as `ignore`;
+//! - `/metrics`: the unselected Nodes are not counted as skipped, and the work duration of the
+//!   queue items is observed once Nodes are served. (One test in this binary: it installs the
+//!   process's metrics recorder.)
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -53,9 +56,16 @@ fn relabel(cni: &str) -> Value {
     json!({"metadata": {"labels": {KEY: cni}}})
 }
 
+/// The value of the series `series` (name and labels exactly as rendered), if exported.
+fn series_value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
 #[tokio::test]
 async fn unselected_nodes_are_never_written_and_their_blocks_never_reused() {
     init_tracing();
+    let metrics = nodeipam::metrics::install_recorder().unwrap();
     let mut nodes = items(AKS, "kubenet");
     nodes.extend(items(AWS, "overlay"));
     // Two Nodes of the other CNI that have no podCIDRs yet: never ours to write.
@@ -103,6 +113,20 @@ async fn unselected_nodes_are_never_written_and_their_blocks_never_reused() {
     }
     // The kubenet Nodes' blocks were occupied, not handed out: the AWS Nodes got .3 to .6.
     assert_eq!(used(&controller.health), vec![7]);
+    // Served Nodes' queue items were timed; no Node counts as skipped.
+    let text = metrics.render();
+    let duration = nodeipam::metric_names::WORKQUEUE_WORK_DURATION_SECONDS;
+    let timed = series_value(&text, &format!("{duration}_count")).unwrap_or_default();
+    assert!(timed >= 4.0, "{duration}_count {timed}:\n{text}");
+    assert!(series_value(&text, &format!("{duration}_sum")).is_some_and(|s| s > 0.0));
+    assert_eq!(
+        series_value(&text, nodeipam::metric_names::SKIPPED_NODES),
+        Some(0.0)
+    );
+    assert!(
+        !text.contains(nodeipam::metric_names::SKIPPED_NODES_TOTAL),
+        "{text}"
+    );
 
     // A Node of the other CNI written while we run: occupied as soon as it is seen …
     sb.create_node(labelled(
