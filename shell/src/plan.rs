@@ -348,9 +348,9 @@ fn pool_entries(allocator: &Allocator) -> Vec<PlanPool> {
         .map(|(s, (_, free))| PlanPool {
             cluster_cidr: s.cluster_cidr.to_string(),
             node_mask_size: s.node_mask_size,
-            capacity: s.capacity,
-            used: s.used,
-            free: s.free,
+            capacity: s.capacity_blocks,
+            used: s.used_blocks,
+            free: s.free_blocks,
             largest_free_block: free.map(|f| f.cidr.to_string()),
         })
         .collect()

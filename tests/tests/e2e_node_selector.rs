@@ -166,7 +166,7 @@ async fn unselected_nodes_are_never_written_and_their_blocks_never_reused() {
     sb.delete_node(leaving).unwrap();
     assert!(sb.wait_until(WAIT, |_| used(&health) == vec![9]).await);
     let summary = controller.stop().await;
-    assert_eq!(summary.pools[0].used, 9);
+    assert_eq!(summary.pools[0].used_blocks, 9);
 
     // Never written: no PATCH, no event for a Node while it was not selected.
     let patched: BTreeSet<String> = node_patches(&sb).into_keys().collect();

@@ -354,9 +354,9 @@ fn startup_occupy(
     for pool in &pools {
         tracing::info!(
             cluster_cidr = %pool.cluster_cidr,
-            capacity = pool.capacity,
-            used = pool.used,
-            free = pool.free,
+            capacity = pool.capacity_blocks,
+            used = pool.used_blocks,
+            free = pool.free_blocks,
             "pool after start-up occupy"
         );
     }

@@ -58,20 +58,21 @@ pub use release::uncovered_runs;
 
 use decision::informer_behind;
 
-/// Capacity and usage of one cluster CIDR, in blocks.
+/// Capacity and usage of one cluster CIDR, in grid blocks (the `*_blocks` fields).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolStats {
     /// The cluster CIDR.
     pub cluster_cidr: Cidr,
-    /// The block prefix length, bits: the grid (the finest size a Node can get; the node CIDR
-    /// mask size without node-pool rules). Capacity, used and free count these blocks.
+    /// The grid block prefix length, bits: the finest size a Node can get (the node CIDR mask
+    /// size without node-pool rules). The `*_blocks` fields count blocks of this size.
     pub node_mask_size: u8,
-    /// Total blocks.
-    pub capacity: u32,
-    /// Allocated or reserved blocks (Nodes, pending patches, service CIDRs, skipped Nodes).
-    pub used: u32,
-    /// Free blocks.
-    pub free: u32,
+    /// Total grid blocks.
+    pub capacity_blocks: u32,
+    /// Allocated or reserved grid blocks (Nodes served or not, pending patches, service CIDRs,
+    /// skipped Nodes).
+    pub used_blocks: u32,
+    /// Free grid blocks.
+    pub free_blocks: u32,
 }
 
 /// A pending write's history.
@@ -223,9 +224,9 @@ impl Allocator {
             .map(|set| PoolStats {
                 cluster_cidr: set.cluster_cidr(),
                 node_mask_size: set.node_mask_size(),
-                capacity: set.block_count(),
-                used: set.allocated_count(),
-                free: set.free_count(),
+                capacity_blocks: set.block_count(),
+                used_blocks: set.allocated_count(),
+                free_blocks: set.free_count(),
             })
             .collect()
     }

@@ -48,7 +48,7 @@ fn cidr(text: &str) -> Cidr {
 }
 
 fn used(allocator: &Allocator) -> u32 {
-    allocator.pool_stats()[0].used
+    allocator.pool_stats()[0].used_blocks
 }
 
 /// Nothing is written, reported or counted: no patch, no event, no metric but the pool's own.
