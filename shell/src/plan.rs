@@ -15,7 +15,8 @@
 //! names kept podCIDRs whose size differs from what their labels select now (they keep them:
 //! podCIDRs cannot change once set).
 //!
-//! Memory: [`Planner`] holds the input reduced to [`InputNode`]s and writes the output as it
+//! Memory: [`Planner`] holds the input reduced to [`InputNode`]s (the informer cache's compact
+//! entries) and writes the output as it
 //! decides, never a whole report: JSON in one pass; the table in two passes (the first only
 //! measures the columns; the allocator is deterministic, so the second decides the same).
 
@@ -377,10 +378,14 @@ pub fn plan_with_sizing(
     sizing: Sizing,
     nodes: &[Node],
 ) -> Result<PlanReport, Error> {
-    let label_keys = sizing.label_keys();
+    let label_keys: Vec<std::sync::Arc<str>> = sizing
+        .label_keys()
+        .iter()
+        .map(|k| k.as_str().into())
+        .collect();
     let input = nodes
         .iter()
-        .map(|node| InputNode::from_view(NodeView::from_node(node), &label_keys))
+        .map(|node| InputNode::from_node(node, &label_keys))
         .collect();
     Ok(Planner::with_sizing(config, sizing, input)?.report())
 }
