@@ -134,6 +134,7 @@ impl IpamFlags {
             rules,
             allow_mask_label: self.allow_node_mask_label,
             label_range: self.node_mask_label_range.unwrap_or_default(),
+            node_selector: self.node_selector.clone(),
         })
     }
 }

@@ -202,6 +202,8 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
         "with `--allow-node-mask-label`: `ipv4=MIN-MAX,ipv6=MIN-MAX`, the sizes a mask label may ask for (default: the coarsest to the finest size the default and the rules give)")),
     flag("node-monitor-grace-period", Value, Kcm, Ignored(OTHER_CONTROLLER)),
     flag("node-monitor-period", Value, Both, Ignored(OTHER_CONTROLLER)),
+    flag("node-selector", Value, Ours, Implemented(
+        "serve only the Nodes this label selector selects (`a=b,c!=d,e in (x,y),!f`; default every Node); the others are never written, and the podCIDRs they have stay occupied (see README, Serving some Nodes)")),
     flag("node-startup-grace-period", Value, Kcm, Ignored(OTHER_CONTROLLER)),
     flag("node-status-update-frequency", Value, Ccm, Ignored(OTHER_CONTROLLER)),
     flag("node-sync-period", Value, Both, Ignored("deprecated no-op upstream")),
