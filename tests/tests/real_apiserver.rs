@@ -1181,7 +1181,7 @@ async fn apiserver_restart_mid_allocation_of_2000_nodes() {
     assert!(!running.is_finished(), "the controller stopped");
     assert!(running.health.is_ready() && running.health.is_leading());
     let summary = running.stop().await;
-    assert_eq!(summary.pools[0].used as usize, NODES);
+    assert_eq!(summary.pools[0].used_blocks as usize, NODES);
     eprintln!(
         "kube-apiserver restarted with {before_restart} of {NODES} Nodes served; all {NODES} served \
          {:.1} s after it was back, {} distinct blocks",
