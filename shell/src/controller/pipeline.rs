@@ -475,13 +475,15 @@ fn startup_occupy(
         let Some((name, node)) = cache.get(name) else {
             continue;
         };
-        let view = node.view(&name);
-        let served = allocator.sizing().serves(&view.labels);
         if node.needs_pod_cidrs() {
-            not_served += usize::from(!served);
+            // A view (allocations) only when a selector has something to read.
+            let selecting = !allocator.sizing().node_selector().selects_all();
+            not_served +=
+                usize::from(selecting && !allocator.sizing().serves(&node.view(&name).labels));
             continue;
         }
-        if served {
+        let view = node.view(&name);
+        if allocator.sizing().serves(&view.labels) {
             findings.extend(crate::diagnostics::node_findings(ipam, &view));
         }
         for (name, decision) in allocator.startup_occupy(std::slice::from_ref(&view)) {
