@@ -769,7 +769,8 @@ mod tests {
         assert!(NodeSelector::parse(&format!("{prefix}e/n")).is_err());
 
         // Matching: (selector, labels, upstream's verdict).
-        let matching: &[(&str, &[(&str, &str)], bool)] = &[
+        type Labels = &'static [(&'static str, &'static str)];
+        let matching: &[(&str, Labels, bool)] = &[
             ("", &[("x", "y")], true),
             ("x=y", &[("x", "y")], true),
             ("x=y,z=w", &[("x", "y"), ("z", "w")], true),
