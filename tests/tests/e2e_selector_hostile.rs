@@ -222,7 +222,7 @@ async fn hostile_nodes_around_the_selection() {
             .await
     );
     // kubenet-dup still holds the AKS Node's old block: it is not handed out again.
-    assert_ne!(pod_cidrs(&sb, &aks0), [dup_of.clone()]);
+    assert_ne!(pod_cidrs(&sb, &aks0), std::slice::from_ref(&dup_of));
     let _ = controller.stop().await;
 
     // Restarts: after a stop, and after an abort; each time a new Node is served beside the
