@@ -277,3 +277,89 @@ async fn hostile_nodes_around_the_selection() {
     // (After a restart mid-write's block is free again: its write never ran.)
     assert_ne!(pod_cidrs(&sb, "after-mid"), sent);
 }
+
+/// On a full pool (10.244.0.0/22: four /24s), the blocks a selected waiting Node would get next
+/// are held by unselected Nodes: a duplicate holder (the AKS Node's block, still held by
+/// `kubenet-dup` after the AKS Node is deleted) and a Node that left the selection while its
+/// write was in doubt. The waiting Node gets a block only when its last holder is deleted.
+#[tokio::test]
+async fn a_waiting_node_never_gets_a_block_an_unselected_node_holds() {
+    init_tracing();
+    let aks: Vec<Value> = fixture(AKS)["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| labelled(n.clone(), "kubenet"))
+        .collect();
+    let template = template_node(AWS);
+    let dup_of = aks[0]["spec"]["podCIDRs"][0].as_str().unwrap().to_owned();
+    let mut nodes = aks.clone();
+    nodes.push(with_pod_cidrs(
+        labelled(node_like(&template, "kubenet-dup"), "kubenet"),
+        &[&dup_of],
+    ));
+    nodes.push(labelled(node_like(&template, "m"), "overlay"));
+    nodes.sort_by_key(name_of);
+    let sb = Sandbox::start(
+        json!({"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": nodes}),
+    )
+    .await;
+    sb.inject(
+        FaultRule::new(Verb::Patch, Resource::Nodes, 1000, FaultAction::Status(500)).named("m"),
+    );
+    let mut config = fast_config(ipam("10.244.0.0/22", "", masks(None, None, None)));
+    config.node_pools = NodePools {
+        node_selector: NodeSelector::parse(&format!("{KEY}=overlay")).unwrap(),
+        ..NodePools::default()
+    };
+    let controller = spawn(&sb, config);
+    controller.wait_allocating(&sb).await;
+    assert!(sb.wait_until(WAIT, |sb| patch_count(sb, "m") >= 2).await);
+    let sent = node_patches(&sb)["m"][0].1.as_ref().unwrap()["spec"]["podCIDRs"].clone();
+    assert_eq!(sent, json!(["10.244.3.0/24"]));
+    sb.patch_node("m", PatchType::Merge, &relabel("kubenet"))
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let m_writes = patch_count(&sb, "m");
+
+    sb.create_node(labelled(node_like(&template, "w"), "overlay"))
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(pod_cidrs(&sb, "w").is_empty(), "{:?}", pod_cidrs(&sb, "w"));
+    // The AKS Node goes; kubenet-dup still holds its block.
+    sb.delete_node(&name_of(&aks[0])).unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(pod_cidrs(&sb, "w").is_empty(), "{:?}", pod_cidrs(&sb, "w"));
+    sb.delete_node("kubenet-dup").unwrap();
+    assert!(
+        sb.wait_until(WAIT, |sb| !pod_cidrs(sb, "w").is_empty())
+            .await
+    );
+    assert_eq!(pod_cidrs(&sb, "w"), [dup_of.clone()]);
+    // m's block (its write may still land) waits for m's deletion.
+    sb.create_node(labelled(node_like(&template, "w2"), "overlay"))
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        pod_cidrs(&sb, "w2").is_empty(),
+        "{:?}",
+        pod_cidrs(&sb, "w2")
+    );
+    sb.delete_node("m").unwrap();
+    assert!(
+        sb.wait_until(WAIT, |sb| !pod_cidrs(sb, "w2").is_empty())
+            .await
+    );
+    assert_eq!(pod_cidrs(&sb, "w2"), ["10.244.3.0/24"]);
+    let _ = controller.stop().await;
+    assert_eq!(
+        patch_count(&sb, "m"),
+        m_writes,
+        "m written after leaving the selection"
+    );
+    for node in &aks {
+        assert_eq!(patch_count(&sb, &name_of(node)), 0);
+    }
+    assert_eq!(patch_count(&sb, "kubenet-dup"), 0);
+    assert_written_cidrs_unique(&sb);
+}
