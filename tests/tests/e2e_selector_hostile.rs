@@ -335,7 +335,7 @@ async fn a_waiting_node_never_gets_a_block_an_unselected_node_holds() {
         sb.wait_until(WAIT, |sb| !pod_cidrs(sb, "w").is_empty())
             .await
     );
-    assert_eq!(pod_cidrs(&sb, "w"), [dup_of.clone()]);
+    assert_eq!(pod_cidrs(&sb, "w"), std::slice::from_ref(&dup_of));
     // m's block (its write may still land) waits for m's deletion.
     sb.create_node(labelled(node_like(&template, "w2"), "overlay"))
         .unwrap();
