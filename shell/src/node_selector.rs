@@ -608,6 +608,269 @@ mod tests {
         assert!(NodeSelector::parse(" ").unwrap().selects_all());
     }
 
+    /// The test values of k8s.io/apimachinery v0.37.0 `pkg/labels/selector_test.go`
+    /// (`TestSelectorParse`, `TestSetSelectorParser`, `TestSelectorMatches`,
+    /// `TestRequirementSelectorMatching`, `TestRequirementConstructor`'s key and value limits),
+    /// each with upstream's verdict: accepted (and the requirements it reads, in input order:
+    /// upstream sorts them by key, which changes no match) or refused. `>`/`<` are the one
+    /// deliberate difference: upstream accepts them, we refuse them as [`SelectorError::Unsupported`].
+    #[test]
+    fn apimachinery_selector_test_values() {
+        use Expression::*;
+        let good: &[(&str, Vec<Expression>)] = &[
+            (
+                "x=a,y=b,z=c",
+                vec![
+                    Equal("x".into(), "a".into()),
+                    Equal("y".into(), "b".into()),
+                    Equal("z".into(), "c".into()),
+                ],
+            ),
+            ("", vec![]),
+            (
+                "x!=a,y=b",
+                vec![
+                    NotEqual("x".into(), "a".into()),
+                    Equal("y".into(), "b".into()),
+                ],
+            ),
+            ("x=", vec![Equal("x".into(), String::new())]),
+            ("x= ", vec![Equal("x".into(), String::new())]),
+            (
+                "x=,z= ",
+                vec![
+                    Equal("x".into(), String::new()),
+                    Equal("z".into(), String::new()),
+                ],
+            ),
+            ("!x", vec![DoesNotExist("x".into())]),
+            ("\rx", vec![Exists("x".into())]),
+            (
+                "this-is-a-dns.domain.com/key-with-dash",
+                vec![Exists("this-is-a-dns.domain.com/key-with-dash".into())],
+            ),
+            (
+                "this-is-another-dns.domain.com/key-with-dash in (so,what)",
+                vec![In(
+                    "this-is-another-dns.domain.com/key-with-dash".into(),
+                    set(&["so", "what"]),
+                )],
+            ),
+            (
+                "0.1.2.domain/99 notin (10.10.100.1, tick.tack.clock)",
+                vec![NotIn(
+                    "0.1.2.domain/99".into(),
+                    set(&["10.10.100.1", "tick.tack.clock"]),
+                )],
+            ),
+            ("foo  in\t (abc)", vec![In("foo".into(), set(&["abc"]))]),
+            ("x notin\n (abc)", vec![NotIn("x".into(), set(&["abc"]))]),
+            (
+                "x  notin\t\t\t(abc,def)",
+                vec![NotIn("x".into(), set(&["abc", "def"]))],
+            ),
+            ("x in (abc,def)", vec![In("x".into(), set(&["abc", "def"]))]),
+            ("x in (abc,)", vec![In("x".into(), set(&["abc", ""]))]),
+            ("x in (abc,abc)", vec![In("x".into(), set(&["abc"]))]),
+            ("x in ()", vec![In("x".into(), set(&[""]))]),
+            ("x in (a,,)", vec![In("x".into(), set(&["a", ""]))]),
+            ("x in (a,,,)", vec![In("x".into(), set(&["a", ""]))]),
+            ("x in (a,,,,,,)", vec![In("x".into(), set(&["a", ""]))]),
+            ("x in (a,,a,,a,,a,,)", vec![In("x".into(), set(&["a", ""]))]),
+            (
+                "x notin (abc,,def),bar,z in (),w",
+                vec![
+                    NotIn("x".into(), set(&["abc", "", "def"])),
+                    Exists("bar".into()),
+                    In("z".into(), set(&[""])),
+                    Exists("w".into()),
+                ],
+            ),
+            (
+                "x,y in (a)",
+                vec![Exists("x".into()), In("y".into(), set(&["a"]))],
+            ),
+            ("x=a", vec![Equal("x".into(), "a".into())]),
+            (
+                "x=a,y!=b,z in (h,i,j)",
+                vec![
+                    Equal("x".into(), "a".into()),
+                    NotEqual("y".into(), "b".into()),
+                    In("z".into(), set(&["h", "i", "j"])),
+                ],
+            ),
+            ("x notin ( )", vec![NotIn("x".into(), set(&[""]))]),
+            ("x notin (, a)", vec![NotIn("x".into(), set(&["", "a"]))]),
+            ("a ", vec![Exists("a".into())]),
+            (
+                "a in (x,y,notin, z,in)",
+                vec![In("a".into(), set(&["in", "notin", "x", "y", "z"]))],
+            ),
+            ("notin=in", vec![Equal("notin".into(), "in".into())]),
+            (
+                "x=abc,y==jkl,z!=a,z",
+                vec![
+                    Equal("x".into(), "abc".into()),
+                    Equal("y".into(), "jkl".into()),
+                    NotEqual("z".into(), "a".into()),
+                    Exists("z".into()),
+                ],
+            ),
+        ];
+        for (text, want) in good {
+            assert_eq!(&parsed(text), want, "{text:?}");
+        }
+        let bad = [
+            "x=a||y=b",
+            "x==a==b",
+            "!x=a",
+            "x,,y",
+            ",x,y",
+            "x nott in (y)",
+            "a in (xyz),",
+            "a in (xyz)b notin ()",
+            "a in (xyz abc)",
+            "a notin(",
+            "a (",
+            "(",
+        ];
+        for text in bad {
+            assert!(NodeSelector::parse(text).is_err(), "{text:?} accepted");
+        }
+        for text in ["x>1", "x>1,z<5", "x<a", "x<7"] {
+            assert!(
+                matches!(
+                    NodeSelector::parse(text),
+                    Err(SelectorError::Unsupported(_))
+                ),
+                "{text:?}"
+            );
+        }
+        // TestRequirementConstructor's limits: a key of 254 characters, a value of 254, "a b".
+        assert!(matches!(
+            NodeSelector::parse(&"a".repeat(254)),
+            Err(SelectorError::Key { .. })
+        ));
+        assert!(matches!(
+            NodeSelector::parse(&format!("x16={}", "a".repeat(254))),
+            Err(SelectorError::Value { .. })
+        ));
+        assert!(NodeSelector::parse("x17=a b").is_err());
+        // The longest key upstream accepts: a 253-character prefix and a 63-character name.
+        let prefix = [
+            "a".repeat(63),
+            "b".repeat(63),
+            "c".repeat(63),
+            "d".repeat(61),
+        ]
+        .join(".");
+        let longest = format!("{prefix}/{}", "n".repeat(63));
+        assert_eq!(parsed(&format!("{longest}={}", "v".repeat(63))).len(), 1);
+        assert!(NodeSelector::parse(&format!("{prefix}e/n")).is_err());
+
+        // Matching: (selector, labels, upstream's verdict).
+        type Labels = &'static [(&'static str, &'static str)];
+        let matching: &[(&str, Labels, bool)] = &[
+            ("", &[("x", "y")], true),
+            ("x=y", &[("x", "y")], true),
+            ("x=y,z=w", &[("x", "y"), ("z", "w")], true),
+            ("x!=y,z!=w", &[("x", "z"), ("z", "a")], true),
+            ("notin=in", &[("notin", "in")], true),
+            ("x", &[("x", "z")], true),
+            ("!x", &[("y", "z")], true),
+            ("x=z", &[], false),
+            ("x=y", &[("x", "z")], false),
+            ("x=y,z=w", &[("x", "w"), ("z", "w")], false),
+            ("x!=y,z!=w", &[("x", "z"), ("z", "w")], false),
+            ("x", &[("y", "z")], false),
+            ("!x", &[("x", "z")], false),
+            ("foo=bar", &[("foo", "bar"), ("baz", "blah")], true),
+            ("baz=blah", &[("foo", "bar"), ("baz", "blah")], true),
+            ("foo=bar,baz=blah", &[("foo", "bar"), ("baz", "blah")], true),
+            ("foo=blah", &[("foo", "bar"), ("baz", "blah")], false),
+            ("baz=bar", &[("foo", "bar"), ("baz", "blah")], false),
+            (
+                "foo=bar,foobar=bar,baz=blah",
+                &[("foo", "bar"), ("baz", "blah")],
+                false,
+            ),
+            (
+                "x in (foo),y notin (alpha)",
+                &[("x", "foo"), ("y", "baz")],
+                true,
+            ),
+            (
+                "x in (foo),y in (alpha)",
+                &[("x", "foo"), ("y", "baz")],
+                false,
+            ),
+            ("x notin (),y", &[("y", "")], true),
+            ("!x,y", &[("y", "")], true),
+            ("x notin (),!y", &[("y", "")], false),
+            ("x in ()", &[("y", "baz")], false),
+            // Duplicate keys: every requirement must hold.
+            ("x=a,x=b", &[("x", "a")], false),
+            ("x,!x", &[("x", "a")], false),
+        ];
+        for (text, labels_of, want) in matching {
+            let selector = NodeSelector::parse(text).unwrap();
+            assert_eq!(
+                selector.matches(&labels(labels_of)),
+                *want,
+                "{text:?} on {labels_of:?}"
+            );
+        }
+    }
+
+    /// Hostile input: what upstream's byte lexer would read as part of an identifier (non-ASCII
+    /// space, letters, a NUL) is refused by the key or value rules; a megabyte selector parses or
+    /// fails in linear time, without a panic.
+    #[test]
+    fn hostile_selectors_are_refused_without_panic() {
+        for text in [
+            "x=\u{a0}a",
+            "\u{a0}x",
+            "zone=\u{e9}",
+            "\u{1F600}",
+            "x\u{0}=a",
+            "x=a\u{0}",
+            "x in (\u{2028})",
+            "x=a,\u{3000}",
+            "k\u{301}=v",
+            "x=\u{ff1d}",
+        ] {
+            assert!(NodeSelector::parse(text).is_err(), "{text:?}");
+        }
+        // Multi-byte characters next to special symbols: no slicing inside a character.
+        for text in [
+            "!\u{e9}",
+            "=\u{e9}",
+            "x!\u{e9}",
+            "x=\u{e9}\u{e9}",
+            "(\u{e9}",
+            "x in (\u{e9}",
+        ] {
+            assert!(NodeSelector::parse(text).is_err(), "{text:?}");
+        }
+        let many = vec!["a=b"; 250_000].join(",");
+        let started = std::time::Instant::now();
+        assert_eq!(NodeSelector::parse(&many).unwrap().label_keys(), ["a"]);
+        let long_value = format!("x in ({})", vec!["v"; 300_000].join(","));
+        assert_eq!(parsed(&long_value).len(), 1);
+        assert!(NodeSelector::parse(&"(".repeat(1_000_000)).is_err());
+        assert!(NodeSelector::parse(&"k".repeat(1_000_000)).is_err());
+        assert!(
+            NodeSelector::parse(&" ".repeat(1_000_000))
+                .unwrap()
+                .selects_all()
+        );
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
     fn name() -> impl Strategy<Value = String> {
         "[a-zA-Z0-9]([-a-zA-Z0-9_.]{0,20}[a-zA-Z0-9])?"
     }

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::io::Read;
+use std::io::{BufRead, Read};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
@@ -156,13 +156,75 @@ impl<'de> Visitor<'de> for DocumentVisitor<'_> {
 /// # Errors
 /// [`Error::InvalidNodeList`] naming the item that failed; [`Error::Read`] (`path`) if reading
 /// fails.
+///
+/// A document that is not a JSON object is refused at its first byte (nothing more is read), and
+/// the message is cut at [`MESSAGE_MAX`] bytes: serde's messages quote the value they refuse,
+/// which in hostile input can be a string of any length.
 pub fn read_nodes<R: Read>(
     reader: R,
     path: &str,
     label_keys: &[String],
 ) -> Result<Vec<InputNode>, Error> {
+    read_document(reader, path, label_keys).map_err(|e| match e {
+        Error::InvalidNodeList(message) => Error::InvalidNodeList(bounded(message)),
+        other => other,
+    })
+}
+
+/// The longest `plan` input error message, bytes (the rest is cut, on a character boundary).
+pub const MESSAGE_MAX: usize = 1024;
+
+fn bounded(mut message: String) -> String {
+    if message.len() > MESSAGE_MAX {
+        let mut cut = MESSAGE_MAX;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+        message.push_str("… (cut)");
+    }
+    message
+}
+
+/// The first byte after leading JSON whitespace (consumed), `None` at the end of the input.
+fn first_byte(reader: &mut impl BufRead, path: &str) -> Result<Option<u8>, Error> {
+    loop {
+        let buf = reader.fill_buf().map_err(|source| Error::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        if buf.is_empty() {
+            return Ok(None);
+        }
+        let blank = buf
+            .iter()
+            .take_while(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+            .count();
+        if let Some(first) = buf.get(blank).copied() {
+            reader.consume(blank);
+            return Ok(Some(first));
+        }
+        let all = buf.len();
+        reader.consume(all);
+    }
+}
+
+fn read_document<R: Read>(
+    reader: R,
+    path: &str,
+    label_keys: &[String],
+) -> Result<Vec<InputNode>, Error> {
     let keys: Vec<Arc<str>> = label_keys.iter().map(|k| Arc::from(k.as_str())).collect();
-    let mut deserializer = serde_json::Deserializer::from_reader(std::io::BufReader::new(reader));
+    let mut reader = std::io::BufReader::new(reader);
+    if let Some(first) = first_byte(&mut reader, path)?
+        && first != b'{'
+    {
+        return Err(Error::InvalidNodeList(format!(
+            "expected a JSON object (a NodeList, a List of Nodes or a Node), found {:?} first",
+            char::from(first)
+        )));
+    }
+    let mut deserializer = serde_json::Deserializer::from_reader(reader);
     let doc = deserializer
         .deserialize_map(DocumentVisitor { keys: &keys })
         .and_then(|doc| deserializer.end().map(|()| doc))
@@ -456,5 +518,45 @@ mod tests {
         assert_eq!(single.len(), 1);
         assert!(single[0].node.deleting);
         assert_eq!(single[0].view().raw_pod_cidrs(), ["10.0.0.0/24"]);
+    }
+
+    /// Bug: a document that is one huge JSON string (or a huge string where a map belongs) was
+    /// echoed whole in the error: `plan -` on a 1 GB string printed a 1 GB line and peaked at
+    /// 2.9 GB RSS. The message is now bounded, and a document that is not a JSON object is
+    /// refused at its first byte, without reading the rest.
+    #[test]
+    fn a_huge_string_gives_a_short_error_without_reading_it() {
+        struct Counting<'a>(&'a [u8], usize);
+        impl Read for Counting<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                let n = self.0.read(buf)?;
+                self.1 += n;
+                Ok(n)
+            }
+        }
+        let big = "a".repeat(10_000_000);
+        let top = format!("  \"{big}\"");
+        let mut reader = Counting(top.as_bytes(), 0);
+        let error = read_nodes(&mut reader, "-", &[]).expect_err("a string");
+        let message = error.to_string();
+        assert!(message.len() < 2048, "{} bytes", message.len());
+        assert!(message.contains("NodeList"), "{message}");
+        assert!(reader.1 < 1 << 20, "read {} bytes", reader.1);
+        let nested = format!(
+            r#"{{"kind":"List","items":[{{"metadata":{{"name":"a","labels":"{big}"}}}}]}}"#
+        );
+        let error = read_nodes(nested.as_bytes(), "-", &[]).expect_err("labels a string");
+        let message = error.to_string();
+        assert!(message.len() < 2048, "{} bytes", message.len());
+        assert!(message.contains("items[0]"), "{message}");
+        let twice = format!(
+            r#"{{"kind":"List","items":[{{"metadata":{{"name":"{big}"}}}},{{"metadata":{{"name":"{big}"}}}}]}}"#
+        );
+        let error = read_nodes(twice.as_bytes(), "-", &[]).expect_err("duplicate");
+        assert!(
+            error.to_string().len() < 2048,
+            "{} bytes",
+            error.to_string().len()
+        );
     }
 }
