@@ -24,6 +24,7 @@ use clap::{
 use nodeipam_core::{ConfigError, IpamConfig, NodeMaskFlags};
 
 use crate::node_pools::{LabelRange, MaskRule, NodePoolError, NodePools, RuleOrigin};
+use crate::node_selector::NodeSelector;
 
 pub mod kcm;
 pub mod pflag;
@@ -213,6 +214,14 @@ pub struct IpamFlags {
     /// coarsest to the finest size the default and the rules give).
     #[arg(long, global = true, value_name = "ipv4=MIN-MAX,ipv6=MIN-MAX", value_parser = LabelRange::parse)]
     pub node_mask_label_range: Option<LabelRange>,
+    /// Serve only the Nodes this label selector selects, Kubernetes syntax:
+    /// 'a=b,c!=d,e in (x,y),f notin (z),!g,h' (default: every Node). Filtered here, not by the
+    /// API server: every Node is still watched, because the podCIDRs a Node not served already
+    /// has stay occupied (never handed to a served Node). A Node not served is never written and
+    /// gets no event; `plan` shows it as `ignore`.
+    #[arg(long, global = true, value_name = "SELECTOR", default_value = "",
+          hide_default_value = true, value_parser = NodeSelector::parse)]
+    pub node_selector: NodeSelector,
 }
 
 /// Client, leader-election and serving flags.
@@ -514,6 +523,7 @@ impl IpamFlags {
             rules,
             allow_mask_label: self.allow_node_mask_label,
             label_range: self.node_mask_label_range.unwrap_or_default(),
+            node_selector: self.node_selector.clone(),
         })
     }
 }

@@ -22,6 +22,7 @@ pub mod logging;
 pub mod metric_names;
 pub mod metrics;
 pub mod node_pools;
+pub mod node_selector;
 pub mod nodelist;
 pub mod plan;
 pub mod reasons;

@@ -277,9 +277,9 @@ fn run_controller(
                 for pool in &summary.pools {
                     tracing::info!(
                         cluster_cidr = %pool.cluster_cidr,
-                        capacity = pool.capacity,
-                        used = pool.used,
-                        free = pool.free,
+                        capacity = pool.capacity_blocks,
+                        used = pool.used_blocks,
+                        free = pool.free_blocks,
                         "stopped"
                     );
                 }

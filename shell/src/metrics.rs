@@ -10,18 +10,20 @@ use crate::Error;
 use crate::metric_names as m;
 use crate::reconcile::{MetricEvent, PoolStats};
 
-/// A Prometheus builder with our histogram buckets (1, 5, 25, 125, 625 tries). Tests use
+/// A Prometheus builder with the buckets of every histogram in [`m::METRICS`]. Tests use
 /// `prometheus_builder().build_recorder()` and render its handle without a port.
 pub fn prometheus_builder() -> PrometheusBuilder {
-    let builder = PrometheusBuilder::new();
-    match builder.set_buckets_for_metric(
-        Matcher::Full(m::CIDRSET_ALLOCATION_TRIES_PER_REQUEST.to_owned()),
-        &m::ALLOCATION_TRIES_BUCKETS,
-    ) {
-        Ok(builder) => builder,
-        // Only fails for an empty bucket list, which ours is not.
-        Err(_) => PrometheusBuilder::new(),
+    let mut builder = PrometheusBuilder::new();
+    for metric in m::METRICS.iter().filter(|m| !m.buckets.is_empty()) {
+        builder = match builder
+            .set_buckets_for_metric(Matcher::Full(metric.name.to_owned()), metric.buckets)
+        {
+            Ok(builder) => builder,
+            // Only fails for an empty bucket list, which the filter leaves out.
+            Err(_) => return PrometheusBuilder::new(),
+        };
     }
+    builder
 }
 
 /// Installs the process-wide recorder; its handle renders the Prometheus text (served by the
@@ -37,71 +39,16 @@ pub fn install_recorder() -> Result<PrometheusHandle, Error> {
     Ok(handle)
 }
 
-/// Registers help texts for our metrics with the installed recorder.
+/// Registers the help text of every metric in [`m::METRICS`] with the installed recorder.
 pub fn describe() {
-    use metrics::{describe_counter, describe_gauge, describe_histogram};
-    describe_counter!(
-        m::CIDRSET_ALLOCATIONS_TOTAL,
-        "Counter measuring total number of CIDR allocations."
-    );
-    describe_counter!(
-        m::CIDRSET_RELEASES_TOTAL,
-        "Counter measuring total number of CIDR releases."
-    );
-    describe_gauge!(
-        m::CIDRSET_USAGE_CIDRS,
-        "Gauge measuring percentage of allocated CIDRs."
-    );
-    describe_histogram!(
-        m::CIDRSET_ALLOCATION_TRIES_PER_REQUEST,
-        "Number of used blocks skipped per CIDR allocation."
-    );
-    describe_gauge!(
-        m::CIDRSET_MAX_CIDRS,
-        "Maximum number of CIDRs that can be allocated."
-    );
-    describe_gauge!(
-        m::CIDRSET_USED_BLOCKS,
-        "Blocks in use per cluster CIDR, in grid blocks (the finest configured node CIDR mask size)."
-    );
-    describe_gauge!(
-        m::CIDRSET_GRID_MASK_SIZE,
-        "Prefix length (bits) of the grid blocks the cidrset gauges count."
-    );
-    describe_gauge!(
-        m::CIDRSET_LARGEST_FREE_ALIGNED_BLOCKS,
-        "Grid blocks in the largest entirely free aligned block (0 when full); a Node of mask size m needs 2^(grid - m)."
-    );
-    describe_gauge!(
-        m::RATE_LIMITER_USE,
-        "A metric measuring the saturation of the rate limiter."
-    );
-    describe_gauge!(m::WORKQUEUE_DEPTH, "Node names waiting in the work queue.");
-    describe_counter!(
-        m::WORKQUEUE_RETRIES_TOTAL,
-        "Reconciles re-queued with a delay (backoff, Retry-After, a waiting Node's safety re-check)."
-    );
-    describe_counter!(
-        m::SKIPPED_NODES_TOTAL,
-        "Nodes skipped because their podCIDRs could not be occupied or their mask label cannot be used."
-    );
-    describe_gauge!(m::SKIPPED_NODES, "Nodes currently skipped.");
-    describe_counter!(
-        m::CIDRSET_EXHAUSTED_TOTAL,
-        "Allocations that found the cluster CIDR exhausted."
-    );
-    describe_gauge!(
-        m::LEADER_ELECTION_MASTER_STATUS,
-        "1 while this replica holds the Lease given by label name, 0 while it stands by."
-    );
-    describe_counter!(
-        m::EVENTS_DROPPED_TOTAL,
-        "Events about Nodes not written, by reason (spam_filter: per-Node spam filter; queue_full: event queue full)."
-    );
-    describe_counter!(
-        m::PATCH_FAILURES_TOTAL,
-        "PATCHes of spec.podCIDR(s) that did not succeed, by outcome (label error)."
-    );
+    for metric in &m::METRICS {
+        let (name, help) = (metric.name, metric.help);
+        match metric.kind {
+            m::Kind::Counter => metrics::describe_counter!(name, help),
+            m::Kind::Gauge => metrics::describe_gauge!(name, help),
+            m::Kind::Histogram => metrics::describe_histogram!(name, help),
+        }
+    }
 }
 
 /// Sets [`m::LEADER_ELECTION_MASTER_STATUS`] for the Lease `lease_name`: 1 if `leading`, else 0.
@@ -156,16 +103,16 @@ pub fn apply(event: &MetricEvent) {
 pub fn set_pool_gauges(stats: &[PoolStats], skipped_nodes: usize) {
     for s in stats {
         let label = s.cluster_cidr.to_string();
-        let usage = if s.capacity == 0 {
+        let usage = if s.capacity_blocks == 0 {
             0.0
         } else {
-            f64::from(s.used) / f64::from(s.capacity)
+            f64::from(s.used_blocks) / f64::from(s.capacity_blocks)
         };
         gauge!(m::CIDRSET_USAGE_CIDRS, m::LABEL_CLUSTER_CIDR => label.clone()).set(usage);
         gauge!(m::CIDRSET_MAX_CIDRS, m::LABEL_CLUSTER_CIDR => label.clone())
-            .set(f64::from(s.capacity));
+            .set(f64::from(s.capacity_blocks));
         gauge!(m::CIDRSET_USED_BLOCKS, m::LABEL_CLUSTER_CIDR => label.clone())
-            .set(f64::from(s.used));
+            .set(f64::from(s.used_blocks));
         gauge!(m::CIDRSET_GRID_MASK_SIZE, m::LABEL_CLUSTER_CIDR => label)
             .set(f64::from(s.node_mask_size));
     }
@@ -251,6 +198,34 @@ mod tests {
             Some(4.0),
             "no second /23 fits: the largest free block is still the /24 at 10.244.1.0"
         );
+    }
+
+    /// Registration covers the whole table: after `describe` and one sample of each metric, the
+    /// exporter renders each with its help text and type.
+    #[test]
+    fn every_metric_is_registered_with_its_help_and_type() {
+        let recorder = prometheus_builder().build_recorder();
+        let handle = recorder.handle();
+        let _guard = metrics::set_default_local_recorder(&recorder);
+        describe();
+        for metric in &m::METRICS {
+            match metric.kind {
+                m::Kind::Counter => counter!(metric.name).increment(1),
+                m::Kind::Gauge => gauge!(metric.name).set(1.0),
+                m::Kind::Histogram => histogram!(metric.name).record(1.0),
+            }
+        }
+        let text = handle.render();
+        for metric in &m::METRICS {
+            let help = format!("# HELP {} {}\n", metric.name, metric.help);
+            let kind = format!("# TYPE {} {}\n", metric.name, metric.kind.as_str());
+            assert!(text.contains(&help), "{help}in:\n{text}");
+            assert!(text.contains(&kind), "{kind}in:\n{text}");
+            if let Some(last) = metric.buckets.last() {
+                let bucket = format!("{}_bucket{{le=\"{last}\"}} 1", metric.name);
+                assert!(text.contains(&bucket), "{bucket}");
+            }
+        }
     }
 
     /// `cidrs_allocations_total` counts grid blocks newly marked used, as upstream's `CidrSet`

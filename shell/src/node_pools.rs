@@ -41,6 +41,8 @@ use std::path::{Path, PathBuf};
 
 use nodeipam_core::{Cidr, Family, IpamConfig, MAX_BLOCK_BITS};
 
+use crate::node_selector::NodeSelector;
+
 /// The Node label that asks for an IPv4 node CIDR mask size (with `--allow-node-mask-label`).
 pub const MASK_LABEL_IPV4: &str = "nodeipam.io/node-cidr-mask-size-ipv4";
 /// The Node label that asks for an IPv6 node CIDR mask size (with `--allow-node-mask-label`).
@@ -218,6 +220,9 @@ pub struct NodePools {
     pub allow_mask_label: bool,
     /// `--node-mask-label-range` (only with `allow_mask_label`).
     pub label_range: LabelRange,
+    /// `--node-selector`: the Nodes served (every Node by default). Not a node-pool rule, but
+    /// decided per Node from its labels like the sizes, so carried with them into [`Sizing`].
+    pub node_selector: NodeSelector,
 }
 
 impl NodePools {
@@ -309,6 +314,7 @@ impl NodePools {
             rules: self.rules.clone(),
             allow_mask_label: self.allow_mask_label,
             sets,
+            node_selector: self.node_selector.clone(),
         })
     }
 }
@@ -338,13 +344,15 @@ pub struct SetSizing {
 }
 
 /// Checked node-pool sizes for one configuration: per cluster CIDR the default, the grid and the
-/// label range, and the rules. Built by [`NodePools::sizing`]; [`Sizing::range_allocator`] is
-/// the sizing without rules (every Node gets the default size).
+/// label range, and the rules; and which Nodes are served at all (`--node-selector`). Built by
+/// [`NodePools::sizing`]; [`Sizing::range_allocator`] is the sizing without rules (every Node is
+/// served and gets the default size).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sizing {
     rules: Vec<MaskRule>,
     allow_mask_label: bool,
     sets: Vec<SetSizing>,
+    node_selector: NodeSelector,
 }
 
 /// Where a Node's mask size for one family came from.
@@ -411,7 +419,27 @@ impl Sizing {
                     label_range: None,
                 })
                 .collect(),
+            node_selector: NodeSelector::default(),
         }
+    }
+
+    /// This sizing serving only the Nodes `node_selector` selects.
+    #[must_use]
+    pub fn with_node_selector(mut self, node_selector: NodeSelector) -> Sizing {
+        self.node_selector = node_selector;
+        self
+    }
+
+    /// `--node-selector`: which Nodes are served.
+    pub fn node_selector(&self) -> &NodeSelector {
+        &self.node_selector
+    }
+
+    /// Whether a Node with these labels is served (selected by `--node-selector`). A Node that is
+    /// not is never written; what its podCIDRs cover stays occupied all the same (see
+    /// [`crate::reconcile`]).
+    pub fn serves(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.node_selector.matches(labels)
     }
 
     /// Per cluster CIDR, flag order.
@@ -429,10 +457,11 @@ impl Sizing {
         self.sets.iter().find(|s| s.cluster_cidr.family() == family)
     }
 
-    /// The label keys the rules (and the mask labels, when honoured) read, sorted, no duplicates:
-    /// all an informer needs to keep of a Node's labels.
+    /// The label keys the rules (and the mask labels, when honoured) and `--node-selector` read,
+    /// sorted, no duplicates: all an informer needs to keep of a Node's labels.
     pub fn label_keys(&self) -> Vec<String> {
         let mut keys: Vec<String> = self.rules.iter().map(|r| r.label_key.clone()).collect();
+        keys.extend_from_slice(self.node_selector.label_keys());
         if self.allow_mask_label {
             keys.extend([MASK_LABEL_IPV4.to_owned(), MASK_LABEL_IPV6.to_owned()]);
         }

@@ -1,10 +1,12 @@
 //! Reading Nodes from `kubectl get nodes -o json` output (a `NodeList`, a `List` of Nodes, or a
 //! single `Node`).
 //!
-//! [`read_nodes`] streams: it deserialises `items` one Node at a time straight into the few fields
-//! the allocator reads ([`InputNode`]), so a NodeList of any size is never held whole (300,000
-//! Nodes of several kB each would take gigabytes as JSON values). [`parse_nodes`] still gives
-//! k8s-openapi `Node`s, for callers that need whole objects.
+//! [`read_nodes`] streams: it deserialises `items` one Node at a time into the controller's own
+//! slim Node ([`SlimNode`], what the informer deserialises from the API server) and keeps of each
+//! only the informer cache's compact entry ([`CachedNode`]: uid, podCIDRs, deleting, the watched
+//! labels), so a NodeList of any size is never held whole (300,000 Nodes of several kB each
+//! would take gigabytes as JSON values) and `plan` reads Nodes exactly as the controller does.
+//! [`parse_nodes`] still gives k8s-openapi `Node`s, for callers that need whole objects.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -12,312 +14,52 @@ use std::io::Read;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
+use serde::Deserializer;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 use crate::Error;
-use crate::compact::{PodCidrTexts, Uid};
+use crate::controller::node::{CachedNode, MetaFields, NodeFields, SlimNode, SpecFields};
 use crate::reconcile::{NodeName, NodeView};
 
-/// One Node of the input, reduced to what the allocator reads (`metadata.name`, `metadata.uid`,
-/// `metadata.deletionTimestamp` set or not, the labels the node-pool rules read, `spec.podCIDR`,
-/// `spec.podCIDRs`). 72 bytes plus the name; the uid inline when it is a canonical UUID, the
-/// podCIDRs (compact, [`PodCidrTexts`]) only for Nodes that have them, the label values only for
-/// Nodes that carry a watched label.
+/// One Node of the input: its name and the informer cache's compact entry for it
+/// ([`CachedNode`], 88 bytes, with only the labels whose keys [`read_nodes`] was given).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InputNode {
     /// `metadata.name`.
     pub name: NodeName,
-    /// `metadata.uid` (compact: 16 bytes inline for a canonical UUID).
-    pub uid: Option<Uid>,
-    /// Whether `metadata.deletionTimestamp` is set.
-    pub deleting: bool,
-    /// `spec.podCIDR` (non-empty) and `spec.podCIDRs`, when either is set (never
-    /// [`PodCidrTexts::Unset`]).
-    pub pod_cidrs: Option<Box<PodCidrTexts>>,
-    /// The labels among the watched keys ([`read_nodes`]'s `label_keys`) that the Node has:
-    /// `(key, value)`, keys in the order given and shared between Nodes. Empty without node-pool
-    /// rules.
-    pub labels: Box<[(Arc<str>, Box<str>)]>,
+    /// What the controller's cache keeps of the Node.
+    pub node: CachedNode,
 }
 
 impl InputNode {
-    /// The allocator's view of this Node.
-    pub fn view(&self) -> NodeView {
-        let (pod_cidr, pod_cidrs) = match &self.pod_cidrs {
-            Some(cidrs) => (cidrs.pod_cidr(), cidrs.pod_cidrs()),
-            None => (None, Vec::new()),
-        };
-        NodeView {
-            name: self.name.clone(),
-            pod_cidr,
-            pod_cidrs,
-            deleting: self.deleting,
-            uid: self.uid.as_ref().map(ToString::to_string),
-            labels: self
-                .labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+    /// The compact copy of `node`, keeping only the labels whose keys are in `label_keys` (as
+    /// the informer's cache does).
+    pub fn of(node: &SlimNode, label_keys: &[Arc<str>]) -> InputNode {
+        InputNode {
+            name: node.name().into(),
+            node: CachedNode::of(node, label_keys),
         }
     }
 
-    /// The reduced copy of a whole Node's view, keeping only the labels with these keys (what
-    /// [`read_nodes`] gives for the same Node and keys).
-    pub fn from_view(view: NodeView, label_keys: &[String]) -> InputNode {
-        let has = view.has_pod_cidrs();
-        let labels = label_keys
-            .iter()
-            .filter_map(|key| {
-                view.labels
-                    .get(key)
-                    .map(|value| (Arc::from(key.as_str()), value.as_str().into()))
-            })
-            .collect();
-        InputNode {
-            uid: view.uid.as_deref().map(Uid::new),
-            deleting: view.deleting,
-            pod_cidrs: has
-                .then(|| Box::new(PodCidrTexts::new(view.pod_cidr.as_deref(), &view.pod_cidrs))),
-            name: view.name,
-            labels,
-        }
+    /// [`InputNode::of`] a whole k8s-openapi Node (what [`read_nodes`] gives for its JSON).
+    pub fn from_node(node: &Node, label_keys: &[Arc<str>]) -> InputNode {
+        InputNode::of(&SlimNode::from_node(node), label_keys)
+    }
+
+    /// The allocator's view of this Node.
+    pub fn view(&self) -> NodeView {
+        self.node.view(&self.name)
     }
 
     /// Whether the Node has any podCIDR set.
     pub fn has_pod_cidrs(&self) -> bool {
-        self.pod_cidrs.is_some()
+        !self.node.needs_pod_cidrs()
     }
 }
 
-/// `metadata`, as far as we read it.
-#[derive(Default)]
-struct Metadata {
-    name: Option<String>,
-    uid: Option<String>,
-    deleting: bool,
-    labels: Vec<(Arc<str>, Box<str>)>,
-}
-
-/// `metadata` (or `null`), reading only the labels whose keys are in `keys`: the other labels'
-/// keys are compared in the reader's buffer and their values skipped, so a Node's 15–25 labels
-/// cost nothing unless a rule reads them.
-#[derive(Clone, Copy)]
-struct MetadataSeed<'a> {
-    keys: &'a [Arc<str>],
-}
-
-impl<'de> DeserializeSeed<'de> for MetadataSeed<'_> {
-    type Value = Option<Metadata>;
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_option(self)
-    }
-}
-
-impl<'de> Visitor<'de> for MetadataSeed<'_> {
-    type Value = Option<Metadata>;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("object metadata")
-    }
-    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_map(self)
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut metadata = Metadata::default();
-        while let Some(key) = map.next_key::<MetadataField>()? {
-            match key {
-                MetadataField::Name => metadata.name = map.next_value()?,
-                MetadataField::Uid => metadata.uid = map.next_value()?,
-                MetadataField::DeletionTimestamp => {
-                    metadata.deleting = map.next_value::<Option<IgnoredAny>>()?.is_some();
-                }
-                MetadataField::Labels if !self.keys.is_empty() => {
-                    metadata.labels = map.next_value_seed(LabelsSeed { keys: self.keys })?;
-                }
-                MetadataField::Labels | MetadataField::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(Some(metadata))
-    }
-}
-
-/// The `metadata` fields we read.
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "camelCase")]
-enum MetadataField {
-    Name,
-    Uid,
-    DeletionTimestamp,
-    Labels,
-    #[serde(other)]
-    Other,
-}
-
-/// `metadata.labels` (or `null`): the `(key, value)` of each label whose key is in `keys`, in
-/// the order of `keys` (the last one wins if a key is repeated).
-struct LabelsSeed<'a> {
-    keys: &'a [Arc<str>],
-}
-
-impl<'de> DeserializeSeed<'de> for LabelsSeed<'_> {
-    type Value = Vec<(Arc<str>, Box<str>)>;
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_option(self)
-    }
-}
-
-impl<'de> Visitor<'de> for LabelsSeed<'_> {
-    type Value = Vec<(Arc<str>, Box<str>)>;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a map of label keys to values")
-    }
-    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(Vec::new())
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(Vec::new())
-    }
-    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_map(self)
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut found: Vec<(usize, Box<str>)> = Vec::new();
-        while let Some(index) = map.next_key_seed(WatchedKey { keys: self.keys })? {
-            match index {
-                Some(index) => {
-                    let value = map.next_value::<String>()?.into_boxed_str();
-                    found.retain(|(i, _)| *i != index);
-                    found.push((index, value));
-                }
-                None => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        found.sort_by_key(|(index, _)| *index);
-        Ok(found
-            .into_iter()
-            .filter_map(|(index, value)| Some((self.keys.get(index)?.clone(), value)))
-            .collect())
-    }
-}
-
-/// A label key: its index in `keys`, or `None` for a key no rule reads (compared without being
-/// copied).
-struct WatchedKey<'a> {
-    keys: &'a [Arc<str>],
-}
-
-impl<'de> DeserializeSeed<'de> for WatchedKey<'_> {
-    type Value = Option<usize>;
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_str(self)
-    }
-}
-
-impl<'de> Visitor<'de> for WatchedKey<'_> {
-    type Value = Option<usize>;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a label key")
-    }
-    fn visit_str<E: de::Error>(self, key: &str) -> Result<Self::Value, E> {
-        Ok(self.keys.iter().position(|k| **k == *key))
-    }
-}
-
-#[derive(Deserialize)]
-struct Spec {
-    #[serde(rename = "podCIDR")]
-    pod_cidr: Option<String>,
-    #[serde(rename = "podCIDRs")]
-    pod_cidrs: Option<Vec<String>>,
-}
-
-/// An item of `items`: a Node as far as we read it (other fields are skipped unread).
-#[derive(Default)]
-struct Item {
-    kind: Option<String>,
-    metadata: Option<Metadata>,
-    spec: Option<Spec>,
-}
-
-/// The `Item` fields we read.
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "camelCase")]
-enum ItemField {
-    Kind,
-    Metadata,
-    Spec,
-    #[serde(other)]
-    Other,
-}
-
-/// One item of `items`, its metadata read with [`MetadataSeed`].
-#[derive(Clone, Copy)]
-struct ItemSeed<'a> {
-    keys: &'a [Arc<str>],
-}
-
-impl<'de> DeserializeSeed<'de> for ItemSeed<'_> {
-    type Value = Item;
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Item, D::Error> {
-        deserializer.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for ItemSeed<'_> {
-    type Value = Item;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a Node")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Item, A::Error> {
-        let mut item = Item::default();
-        while let Some(key) = map.next_key::<ItemField>()? {
-            match key {
-                ItemField::Kind => item.kind = map.next_value()?,
-                ItemField::Metadata => {
-                    item.metadata = map.next_value_seed(MetadataSeed { keys: self.keys })?;
-                }
-                ItemField::Spec => item.spec = map.next_value()?,
-                ItemField::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(item)
-    }
-}
-
-fn input_node(metadata: Option<Metadata>, spec: Option<Spec>) -> InputNode {
-    let metadata = metadata.unwrap_or_default();
-    let (pod_cidr, pod_cidrs) = match spec {
-        Some(spec) => (
-            spec.pod_cidr.filter(|s| !s.is_empty()),
-            spec.pod_cidrs.unwrap_or_default(),
-        ),
-        None => (None, Vec::new()),
-    };
-    let pod_cidrs = (pod_cidr.is_some() || !pod_cidrs.is_empty())
-        .then(|| Box::new(PodCidrTexts::new(pod_cidr.as_deref(), &pod_cidrs)));
-    InputNode {
-        name: metadata.name.unwrap_or_default().into(),
-        uid: metadata.uid.as_deref().map(Uid::new),
-        deleting: metadata.deleting,
-        pod_cidrs,
-        labels: metadata.labels.into_boxed_slice(),
-    }
-}
-
-/// The `items` array, read element by element into `out`.
+/// The `items` array (or `null`, read as absent), each element read as a [`SlimNode`] and
+/// reduced at once to an [`InputNode`] in `out`.
 struct ItemsSeed<'a> {
     out: &'a mut Vec<InputNode>,
     keys: &'a [Arc<str>],
@@ -326,7 +68,7 @@ struct ItemsSeed<'a> {
 impl<'de> DeserializeSeed<'de> for ItemsSeed<'_> {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_seq(self)
+        deserializer.deserialize_option(self)
     }
 }
 
@@ -335,11 +77,19 @@ impl<'de> Visitor<'de> for ItemsSeed<'_> {
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("an items array")
     }
+    fn visit_none<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_seq(self)
+    }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let mut index = 0usize;
-        let seed = ItemSeed { keys: self.keys };
         loop {
-            let item = match seq.next_element_seed(seed) {
+            let item = match seq.next_element::<NodeFields>() {
                 Ok(Some(item)) => item,
                 Ok(None) => return Ok(()),
                 Err(e) => return Err(de::Error::custom(format!("items[{index}]: {e}"))),
@@ -347,7 +97,8 @@ impl<'de> Visitor<'de> for ItemsSeed<'_> {
             if item.kind.as_deref().is_some_and(|k| k != "Node") {
                 return Err(de::Error::custom(format!("items[{index}] is not a Node")));
             }
-            self.out.push(input_node(item.metadata, item.spec));
+            self.out
+                .push(InputNode::of(&SlimNode::from(item), self.keys));
             index += 1;
         }
     }
@@ -358,8 +109,8 @@ impl<'de> Visitor<'de> for ItemsSeed<'_> {
 struct Document {
     kind: Option<String>,
     items: Option<Vec<InputNode>>,
-    metadata: Option<Metadata>,
-    spec: Option<Spec>,
+    metadata: Option<MetaFields>,
+    spec: Option<SpecFields>,
 }
 
 struct DocumentVisitor<'a> {
@@ -378,17 +129,15 @@ impl<'de> Visitor<'de> for DocumentVisitor<'_> {
                 "kind" => doc.kind = map.next_value::<Option<String>>()?,
                 "items" => {
                     let mut items = Vec::new();
-                    map.next_value_seed(NullableItems {
+                    map.next_value_seed(ItemsSeed {
                         out: &mut items,
                         keys: self.keys,
                     })?;
                     doc.items = Some(items);
                 }
                 // Kept only for a single Node; a list's own metadata is small.
-                "metadata" => {
-                    doc.metadata = map.next_value_seed(MetadataSeed { keys: self.keys })?
-                }
-                "spec" => doc.spec = map.next_value::<Option<Spec>>()?,
+                "metadata" => doc.metadata = map.next_value()?,
+                "spec" => doc.spec = map.next_value()?,
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }
@@ -398,44 +147,11 @@ impl<'de> Visitor<'de> for DocumentVisitor<'_> {
     }
 }
 
-/// `items`, which may also be `null` (read as absent).
-struct NullableItems<'a> {
-    out: &'a mut Vec<InputNode>,
-    keys: &'a [Arc<str>],
-}
-
-impl<'de> DeserializeSeed<'de> for NullableItems<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_option(self)
-    }
-}
-
-impl<'de> Visitor<'de> for NullableItems<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an items array")
-    }
-    fn visit_none<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        ItemsSeed {
-            out: self.out,
-            keys: self.keys,
-        }
-        .deserialize(deserializer)
-    }
-}
-
 /// Reads a NodeList (`kind: NodeList` or `List`, `items: [Node…]`) or a single Node from `reader`,
 /// streaming (see the module documentation), in list order, with the same rules as
 /// [`parse_nodes`]: every Node has a non-empty `metadata.name`, unique in the list. Of each
 /// Node's labels only those whose keys are in `label_keys` are kept
-/// ([`crate::node_pools::Sizing::label_keys`]; none without node-pool rules).
+/// ([`crate::node_pools::Sizing::label_keys`]: the node-pool rules' and `--node-selector`'s).
 ///
 /// # Errors
 /// [`Error::InvalidNodeList`] naming the item that failed; [`Error::Read`] (`path`) if reading
@@ -465,7 +181,14 @@ pub fn read_nodes<R: Read>(
         "NodeList" | "List" => doc
             .items
             .ok_or_else(|| Error::InvalidNodeList(format!("{kind} without an items array")))?,
-        "Node" => vec![input_node(doc.metadata, doc.spec)],
+        "Node" => {
+            let fields = NodeFields {
+                kind: None,
+                metadata: doc.metadata,
+                spec: doc.spec,
+            };
+            vec![InputNode::of(&SlimNode::from(fields), &keys)]
+        }
         other => {
             return Err(Error::InvalidNodeList(format!(
                 "expected kind NodeList, List or Node, found {other:?}"
@@ -589,7 +312,7 @@ mod tests {
     /// The streamed views equal the views of whole k8s-openapi Nodes, on every real fixture:
     /// without watched label keys (no labels kept), with every label key the fixture uses (all
     /// kept), and with two keys plus one no Node has (only those kept); equal to
-    /// [`InputNode::from_view`] of the whole Node each time.
+    /// [`InputNode::from_node`] of the whole Node each time.
     #[test]
     fn streamed_views_match_whole_nodes_on_every_fixture() {
         let dir = format!("{}/../fixtures/nodes", env!("CARGO_MANIFEST_DIR"));
@@ -606,11 +329,8 @@ mod tests {
                 .unwrap_or_default()
                 .to_owned();
             let text = fixture(&name);
-            let whole: Vec<NodeView> = parse_nodes(&text)
-                .expect("parses whole")
-                .iter()
-                .map(NodeView::from_node)
-                .collect();
+            let nodes = parse_nodes(&text).expect("parses whole");
+            let whole: Vec<NodeView> = nodes.iter().map(NodeView::from_node).collect();
             let all_keys: Vec<String> = whole
                 .iter()
                 .flat_map(|v| v.labels.keys().cloned())
@@ -625,9 +345,10 @@ mod tests {
                 .collect();
             for keys in [Vec::new(), all_keys.clone(), some_keys] {
                 let streamed = read_nodes(text.as_bytes(), &name, &keys).expect("streams");
-                let reduced: Vec<InputNode> = whole
+                let shared: Vec<Arc<str>> = keys.iter().map(|k| k.as_str().into()).collect();
+                let reduced: Vec<InputNode> = nodes
                     .iter()
-                    .map(|v| InputNode::from_view(v.clone(), &keys))
+                    .map(|n| InputNode::from_node(n, &shared))
                     .collect();
                 assert_eq!(streamed, reduced, "{name} {keys:?}");
                 let want: Vec<NodeView> = whole
@@ -648,14 +369,15 @@ mod tests {
         assert!(labelled >= 30, "only {labelled} labelled views");
     }
 
-    /// Watched labels: a repeated key keeps its last value, `null` labels are none, a watched
-    /// label that is not a string is an error naming the item; unwatched labels are not read.
+    /// Watched labels: a repeated key keeps its last value, `null` labels are none; unwatched
+    /// labels are not kept. A label that is not a string is an error naming the item, watched or
+    /// not (the API never serves one; the informer reads Nodes the same way).
     #[test]
     fn labels_are_read_only_for_watched_keys() {
         let keys = ["b".to_owned(), "a".to_owned()];
         let nodes = read_nodes(
             br#"{"kind":"List","items":[
-                {"metadata":{"name":"x","labels":{"a":"1","c":{"not":"a string"},"b":"2","a":"3"}}},
+                {"metadata":{"name":"x","labels":{"a":"1","c":"unwatched","b":"2","a":"3"}}},
                 {"metadata":{"name":"y","labels":null}},
                 {"metadata":{"labels":{"b":"only"},"name":"z"}}]}"#
                 .as_slice(),
@@ -665,14 +387,14 @@ mod tests {
         .expect("reads");
         let labels: Vec<Vec<(&str, &str)>> = nodes
             .iter()
-            .map(|n| n.labels.iter().map(|(k, v)| (&**k, &**v)).collect())
+            .map(|n| n.node.labels.iter().map(|(k, v)| (&**k, &**v)).collect())
             .collect();
         assert_eq!(
             labels,
             [vec![("b", "2"), ("a", "3")], vec![], vec![("b", "only")]]
         );
         assert!(
-            Arc::ptr_eq(&nodes[0].labels[0].0, &nodes[2].labels[0].0),
+            Arc::ptr_eq(&nodes[0].node.labels[0].0, &nodes[2].node.labels[0].0),
             "keys are shared"
         );
         let error = read_nodes(
@@ -682,13 +404,13 @@ mod tests {
         )
         .expect_err("a watched label must be a string");
         assert!(error.to_string().contains("items[0]:"), "{error}");
-        let ignored = read_nodes(
-            br#"{"kind":"List","items":[{"metadata":{"name":"x","labels":{"a":7}}}]}"#.as_slice(),
+        let unwatched = read_nodes(
+            br#"{"kind":"List","items":[{"metadata":{"name":"x","labels":{"c":7}}}]}"#.as_slice(),
             "-",
-            &[],
+            &keys,
         )
-        .expect("labels are not read without watched keys");
-        assert!(ignored[0].labels.is_empty());
+        .expect_err("every label must be a string");
+        assert!(unwatched.to_string().contains("items[0]:"), "{unwatched}");
     }
 
     #[test]
@@ -732,7 +454,7 @@ mod tests {
         )
         .expect("a single Node");
         assert_eq!(single.len(), 1);
-        assert!(single[0].deleting);
+        assert!(single[0].node.deleting);
         assert_eq!(single[0].view().raw_pod_cidrs(), ["10.0.0.0/24"]);
     }
 }

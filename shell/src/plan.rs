@@ -2,10 +2,12 @@
 //! NodeList, in list order (so results are reproducible).
 //!
 //! JSON output (`--output json`), exactly:
-//! `{"nodes":[{"name":…,"podCIDRs":[…],"action":"keep"|"assign"|"skip"|"fail","reason":null|"…"}],
+//! `{"nodes":[{"name":…,"podCIDRs":[…],"action":"keep"|"assign"|"skip"|"fail"|"ignore","reason":null|"…"}],
 //!   "pools":[{"clusterCIDR":…,"nodeMaskSize":…,"capacity":…,"used":…,"free":…,
 //!   "largestFreeBlock":null|"…"}]}`
-//! where `podCIDRs` is what the Node has (keep, skip) or would get (assign), empty for fail;
+//! where `podCIDRs` is what the Node has (keep, skip, ignore) or would get (assign), empty for
+//! fail; `ignore` is a Node `--node-selector` does not select (never written; its podCIDRs stay
+//! occupied, and its reason says so);
 //! `capacity`/`used`/`free` count node blocks after the plan (service CIDRs and skipped Nodes'
 //! reserved ranges count as used) — with node-pool rules, grid blocks of `nodeMaskSize` (the
 //! finest configured size); `largestFreeBlock` is the largest entirely free aligned block left.
@@ -13,7 +15,8 @@
 //! names kept podCIDRs whose size differs from what their labels select now (they keep them:
 //! podCIDRs cannot change once set).
 //!
-//! Memory: [`Planner`] holds the input reduced to [`InputNode`]s and writes the output as it
+//! Memory: [`Planner`] holds the input reduced to [`InputNode`]s (the informer cache's compact
+//! entries) and writes the output as it
 //! decides, never a whole report: JSON in one pass; the table in two passes (the first only
 //! measures the columns; the allocator is deterministic, so the second decides the same).
 
@@ -38,15 +41,16 @@ pub struct PlanNode {
     /// CIDR texts: kept or assigned (canonical), or as written on a skipped Node.
     #[serde(rename = "podCIDRs")]
     pub pod_cidrs: Vec<String>,
-    /// `keep`, `assign`, `skip` or `fail`.
+    /// `keep`, `assign`, `skip`, `fail`, or `ignore` (not selected by `--node-selector`).
     pub action: &'static str,
     /// Why (skip, fail), else `None`.
     pub reason: Option<String>,
 }
 
 impl PlanNode {
+    /// Whether the Node needs no attention: kept, assigned, or not ours to serve (`ignore`).
     fn served(&self) -> bool {
-        self.action == "keep" || self.action == "assign"
+        matches!(self.action, "keep" | "assign" | "ignore")
     }
 }
 
@@ -80,7 +84,7 @@ pub struct PlanReport {
 }
 
 impl PlanReport {
-    /// Whether every Node is kept or assigned (exit status 0).
+    /// Whether every Node is kept, assigned or ignored (exit status 0).
     pub fn all_served(&self) -> bool {
         self.nodes.iter().all(PlanNode::served)
     }
@@ -237,13 +241,15 @@ impl<'a> Planner<'a> {
         })
     }
 
-    /// The per-Node diagnostics ([`diagnostics::node_findings`]) of the Nodes that have
+    /// The per-Node diagnostics ([`diagnostics::node_findings`]) of the served Nodes that have
     /// podCIDRs, list order.
     pub fn findings(&self) -> Vec<Finding> {
         self.nodes
             .iter()
             .filter(|n| n.has_pod_cidrs())
-            .flat_map(|n| diagnostics::node_findings(self.config, &n.view()))
+            .map(InputNode::view)
+            .filter(|view| self.sizing.serves(&view.labels))
+            .flat_map(|view| diagnostics::node_findings(self.config, &view))
             .collect()
     }
 
@@ -343,9 +349,9 @@ fn pool_entries(allocator: &Allocator) -> Vec<PlanPool> {
         .map(|(s, (_, free))| PlanPool {
             cluster_cidr: s.cluster_cidr.to_string(),
             node_mask_size: s.node_mask_size,
-            capacity: s.capacity,
-            used: s.used,
-            free: s.free,
+            capacity: s.capacity_blocks,
+            used: s.used_blocks,
+            free: s.free_blocks,
             largest_free_block: free.map(|f| f.cidr.to_string()),
         })
         .collect()
@@ -372,10 +378,14 @@ pub fn plan_with_sizing(
     sizing: Sizing,
     nodes: &[Node],
 ) -> Result<PlanReport, Error> {
-    let label_keys = sizing.label_keys();
+    let label_keys: Vec<std::sync::Arc<str>> = sizing
+        .label_keys()
+        .iter()
+        .map(|k| k.as_str().into())
+        .collect();
     let input = nodes
         .iter()
-        .map(|node| InputNode::from_view(NodeView::from_node(node), &label_keys))
+        .map(|node| InputNode::from_node(node, &label_keys))
         .collect();
     Ok(Planner::with_sizing(config, sizing, input)?.report())
 }
@@ -408,6 +418,17 @@ fn entry(view: &NodeView, action: Action) -> PlanNode {
         Action::Skip { reason } => (view.raw_pod_cidrs(), "skip", Some(reason)),
         Action::Fail { reason } => (Vec::new(), "fail", Some(reason)),
         Action::Released { .. } => (Vec::new(), "fail", Some("released".to_owned())),
+        Action::NotServed { held } => {
+            let reason = if held.is_empty() {
+                "not selected by --node-selector".to_owned()
+            } else {
+                format!(
+                    "not selected by --node-selector; {} stays reserved",
+                    crate::reconcile::join(&held)
+                )
+            };
+            (view.raw_pod_cidrs(), "ignore", Some(reason))
+        }
         // plan assumes every write succeeds, so this does not occur.
         Action::KeepTrying { pod_cidrs, reason } => (texts(&pod_cidrs), "assign", Some(reason)),
     };
@@ -486,7 +507,113 @@ mod tests {
         let (config, _) = range("10.244.0.0/16", NodeMaskFlags::default());
         let pools = sizing(&config, &["agentpool=agentpool:ipv4=23"]);
         cases.push(("03-aks-kubenet-3nodes.json", config, pools));
+        let (config, sizing) = range("10.32.0.0/12", NodeMaskFlags::default());
+        cases.push((
+            "11-mixed-bundle-7nodes-redacted-podcidr.json",
+            config,
+            sizing.with_node_selector(
+                crate::node_selector::NodeSelector::parse(
+                    "beta.kubernetes.io/instance-type notin (s-2vcpu-4gb)",
+                )
+                .expect("selector"),
+            ),
+        ));
         cases
+    }
+
+    /// `--node-selector` on the mixed support bundle: the Nodes it does not select are `ignore`
+    /// (their podCIDRs as written; the kept ones' blocks named as reserved), do not make the exit
+    /// status 1, and are left out of the diagnostics; the others are planned as without it. And
+    /// the AKS Nodes of another CNI keep their blocks reserved: the pool counts them used.
+    #[test]
+    fn unselected_nodes_are_shown_as_ignored() {
+        let file = "11-mixed-bundle-7nodes-redacted-podcidr.json";
+        let nodes = crate::nodelist::parse_nodes(&fixture(file)).expect("parses");
+        let config = nodeipam_core::config::validate("10.32.0.0/12", "", NodeMaskFlags::default())
+            .expect("valid configuration");
+        let selecting = |text: &str| {
+            Sizing::range_allocator(&config).with_node_selector(
+                crate::node_selector::NodeSelector::parse(text).expect("selector"),
+            )
+        };
+        let skip = "spec.podCIDRs[0] \"***HIDDEN***/25\" is not a valid CIDR (not a CIDR: expected address/prefix-length, e.g. 10.244.0.0/16 or fd00:10:244::/56)";
+        let report = plan_with_sizing(
+            &config,
+            selecting("beta.kubernetes.io/instance-type notin (s-2vcpu-4gb)"),
+            &nodes,
+        )
+        .expect("plans");
+        let rows: Vec<(&str, &str, Option<&str>)> = report
+            .nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n.action, n.reason.as_deref()))
+            .collect();
+        let ignored = Some("not selected by --node-selector");
+        assert_eq!(
+            rows,
+            [
+                ("node-a", "assign", None),
+                ("biggernode-3i745", "skip", Some(skip)),
+                ("pool-yd23sqk7u-3i7i7", "ignore", ignored),
+                ("pool-yd23sqk7u-3i7it", "ignore", ignored),
+                ("pool-yd23sqk7u-3i7v3", "ignore", ignored),
+                ("smallnode-3i74t", "skip", Some(skip)),
+                ("ip-172-31-21-92", "keep", None),
+            ]
+        );
+        assert_eq!(report.nodes[2].pod_cidrs, ["***HIDDEN***/25"]);
+        // Only the redacted Nodes it serves make it fail; selecting none of them, it succeeds.
+        assert!(!report.all_served());
+        let others = plan_with_sizing(
+            &config,
+            selecting(
+                "beta.kubernetes.io/instance-type notin (s-2vcpu-4gb,g-8vcpu-32gb,s-1vcpu-2gb)",
+            ),
+            &nodes,
+        )
+        .expect("plans");
+        assert!(others.all_served(), "{others:?}");
+        // The kept Node, not selected (no Node of the bundle is): its block stays reserved.
+        let reserved =
+            plan_with_sizing(&config, selecting("!kubernetes.io/os"), &nodes).expect("plans");
+        let kept = reserved
+            .nodes
+            .iter()
+            .find(|n| n.name == "ip-172-31-21-92")
+            .expect("listed");
+        assert_eq!(
+            (kept.action, kept.reason.as_deref()),
+            (
+                "ignore",
+                Some("not selected by --node-selector; 10.32.0.0/24 stays reserved")
+            )
+        );
+        assert!(reserved.nodes.iter().all(|n| n.action == "ignore"));
+        assert_eq!(reserved.pools[0].used, 1);
+        // An unselected Node has no diagnostics: the k0s Node written IPv6-first (R10).
+        let file = "12-k0s-dualstack-ipv6-primary-partial.json";
+        let dual = nodeipam_core::config::validate(
+            "10.244.0.0/16,fd00::/104",
+            "",
+            NodeMaskFlags {
+                node_cidr_mask_size_ipv6: Some(110),
+                ..NodeMaskFlags::default()
+            },
+        )
+        .expect("valid configuration");
+        let findings = |selector: &str| {
+            let sizing = Sizing::range_allocator(&dual).with_node_selector(
+                crate::node_selector::NodeSelector::parse(selector).expect("selector"),
+            );
+            let nodes =
+                crate::nodelist::read_nodes(fixture(file).as_bytes(), file, &sizing.label_keys())
+                    .expect("reads");
+            Planner::with_sizing(&dual, sizing, nodes)
+                .expect("planner")
+                .findings()
+        };
+        assert_eq!(findings("kubernetes.io/os=linux").len(), 1);
+        assert_eq!(findings("kubernetes.io/os=windows"), []);
     }
 
     /// The streamed writers print exactly what the collected report prints, on real fixtures

@@ -1,5 +1,6 @@
 //! What the controller says when it starts: one line with the whole configuration (with
-//! `CloudAllocator`, the node-pool rules, the mask labels and each cluster CIDR's sizes and grid),
+//! `CloudAllocator`, the node-pool rules, the mask labels and each cluster CIDR's sizes and grid;
+//! with `--node-selector`, the selector),
 //! one line with the kube-controller-manager flags it ignores, and the configuration diagnostics
 //! ([`crate::diagnostics`], then the node-pool warnings of [`Sizing::warnings`]). `plan` prints the
 //! same ignored-flag and diagnostic lines as notes.
@@ -169,12 +170,16 @@ pub fn log_startup(view: &StartupView<'_>) {
             let cloud = view.ipam_flags.cidr_allocator_type == CLOUD_ALLOCATOR;
             let node_pool_rules = cloud.then(|| node_pool_rules_text(sizing));
             let mask_labels = cloud.then(|| mask_labels_text(sizing));
+            // Only with --node-selector (which Nodes are served).
+            let node_selector =
+                (!sizing.node_selector().selects_all()).then(|| sizing.node_selector().to_string());
             tracing::info!(
             version = crate::build_info::VERSION_TEXT,
             allocator = %view.ipam_flags.cidr_allocator_type,
             cluster_cidrs = %cluster_cidrs_text(&config.ipam, sizing),
             node_pool_rules = node_pool_rules.as_deref(),
             mask_labels = mask_labels.as_deref(),
+            node_selector = node_selector.as_deref(),
             service_cidrs = %service_cidrs_text(&config.ipam),
             api_server = view.api_server.unwrap_or("-"),
             kube_api_qps = config.kube_api_qps,
@@ -268,6 +273,7 @@ mod tests {
                 .collect(),
             allow_mask_label: label_range.is_some(),
             label_range: label_range.unwrap_or_default(),
+            ..NodePools::default()
         }
     }
 

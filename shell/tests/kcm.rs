@@ -463,6 +463,7 @@ fn every_visible_flag_is_in_the_table() {
             "node-cidr-mask-size-rules-file",
             "node-cidr-update-workers",
             "node-mask-label-range",
+            "node-selector",
         ]
     );
 }
@@ -605,6 +606,7 @@ fn startup_line_in_json() {
         "--secure-port=0",
         "--tls-min-version=VersionTLS13",
         "--profiling=false",
+        "--node-selector=example.com/cni in (overlay), !legacy",
         "-v",
         "2",
     ]);
@@ -633,6 +635,11 @@ fn startup_line_in_json() {
     );
     assert!(start.get("node_pool_rules").is_none(), "{start}");
     assert!(start.get("mask_labels").is_none(), "{start}");
+    // Canonical form.
+    assert_eq!(
+        start["node_selector"],
+        "example.com/cni in (overlay),!legacy"
+    );
     assert_eq!(start["service_cidrs"], "10.96.0.0/12");
     assert_eq!(start["api_server"], format!("http://127.0.0.1:{port}/"));
     assert_eq!(start["kube_api_qps"], 20.0);

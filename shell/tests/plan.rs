@@ -344,6 +344,39 @@ fn reads_stdin_and_prints_a_table() {
     assert!(table.contains("10.244.0.0/16"), "{table}");
 }
 
+/// README's `--node-selector` example, byte for byte: the AKS Nodes of another CNI are `ignore`,
+/// their blocks reserved (USED 3), exit 0.
+#[test]
+fn node_selector_ignores_unselected_nodes() {
+    let out = run(&[
+        "plan",
+        "--cluster-cidr=10.244.0.0/16",
+        "--node-selector=agentpool!=agentpool",
+        &fixture("03-aks-kubenet-3nodes.json"),
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let table = String::from_utf8_lossy(&out.stdout);
+    let readme = std::fs::read_to_string(format!("{}/../README.md", env!("CARGO_MANIFEST_DIR")))
+        .expect("README");
+    let example = readme
+        .split("--node-selector='agentpool!=agentpool'")
+        .nth(1)
+        .and_then(|rest| rest.split("```text\n").nth(1))
+        .and_then(|rest| rest.split("```").next())
+        .expect("README has the example's output");
+    assert_eq!(table, example);
+    assert!(table.contains(
+        "aks-agentpool-11223344-vmss000002  ignore  10.244.0.0/24  not selected by --node-selector; 10.244.0.0/24 stays reserved"
+    ));
+    // The same Nodes selected are kept, as without the flag.
+    let (code, json) = plan(
+        "03-aks-kubenet-3nodes.json",
+        &["--cluster-cidr=10.244.0.0/16", "--node-selector=agentpool"],
+    );
+    assert_eq!(code, 0);
+    assert!(all(&json, "keep"), "{json}");
+}
+
 #[test]
 fn bad_flags_and_input_exit_2_with_one_line() {
     let path = fixture("05-aws-4nodes-no-podcidr.json");
@@ -411,6 +444,16 @@ fn bad_flags_and_input_exit_2_with_one_line() {
             "--node-cidr-mask-size-rule needs --cidr-allocator-type=CloudAllocator",
         ),
         (vec!["--kube-api-qps=-1"], "--kube-api-qps"),
+        (
+            vec![
+                "plan",
+                "--cluster-cidr=10.0.0.0/16",
+                "--node-selector=pool in (a",
+                &path,
+            ],
+            "--node-selector",
+        ),
+        (vec!["--node-selector=pool>1"], "--node-selector"),
     ];
     for (args, names) in cases {
         let out = run(&args);

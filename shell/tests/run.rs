@@ -38,7 +38,7 @@ async fn unreachable_api_server_is_not_ready_and_stops_cleanly() {
         .expect("joined")
         .expect("clean stop");
     assert_eq!(summary.pools.len(), 1);
-    assert_eq!(summary.pools[0].used, 0);
+    assert_eq!(summary.pools[0].used_blocks, 0);
     assert!(summary.held.is_empty());
     assert!(!health.is_ready());
 }

@@ -154,7 +154,7 @@ async fn patch_failures_timeouts_and_committed_errors() {
     );
     let waiting = unserved(&sb);
     let summary = controller.stop().await;
-    assert_eq!(summary.pools[0].used, 8);
+    assert_eq!(summary.pools[0].used_blocks, 8);
     assert_no_cidr_handed_out_twice(&sb);
     let waiting: Vec<&str> = waiting.iter().map(String::as_str).collect();
     check_end_state(&sb, &ipam, &waiting, &summary);

@@ -196,7 +196,7 @@ async fn delete_while_patch_in_flight_and_recreate_same_name() {
     let health = controller.health.clone();
     assert!(
         sb.wait_until(WAIT, |sb| {
-            health.pools().first().map(|p| p.used) == Some(sb.nodes().len() as u32)
+            health.pools().first().map(|p| p.used_blocks) == Some(sb.nodes().len() as u32)
         })
         .await,
         "used {:?} for {} Nodes",

@@ -112,7 +112,7 @@ async fn late_write_never_gives_its_block_to_another_node(answer: LateAnswer) {
         "WAITING was never sent a block"
     );
     let summary = controller.stop().await;
-    assert_eq!(summary.pools[0].used, 2);
+    assert_eq!(summary.pools[0].used_blocks, 2);
     assert_eq!(
         summary.held.get(WAITING),
         None,
@@ -200,7 +200,7 @@ async fn late_write_cannot_land_on_a_recreated_node_of_the_same_name() {
     let summary = controller.stop().await;
     monitor.assert_clean();
     // The old object's block went back to the pool; the new object holds exactly one.
-    assert_eq!(summary.pools[0].used, 2, "{summary:?}");
+    assert_eq!(summary.pools[0].used_blocks, 2, "{summary:?}");
     sb.shutdown().await;
 }
 

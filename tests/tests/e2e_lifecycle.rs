@@ -93,7 +93,7 @@ async fn nodes_added_and_deleted_while_running() {
     }
     assert!(sb.wait_until(WAIT, |sb| unserved(sb).is_empty()).await);
     let summary = controller.stop().await;
-    assert_eq!(summary.pools[0].used, 18);
+    assert_eq!(summary.pools[0].used_blocks, 18);
     let report = check_end_state(&sb, &ipam, &[], &summary);
     assert_eq!(report.served, 18);
     sb.shutdown().await;

@@ -151,7 +151,7 @@ async fn aks_mixed_pools_match_plan_and_survive_a_restart_with_other_rules() {
     }
     // 3 + 2 existing/default /24s (4 blocks each), 2 /23s (8 each), 3 /26s (1 each).
     assert_eq!(summary.pools[0].node_mask_size, 26);
-    assert_eq!(summary.pools[0].used, 5 * 4 + 2 * 8 + 3);
+    assert_eq!(summary.pools[0].used_blocks, 5 * 4 + 2 * 8 + 3);
     let patches = node_patches(&sb);
     assert_eq!(
         patches.len(),
@@ -289,7 +289,7 @@ async fn large_blocks_exhaust_while_small_ones_still_fit() {
     );
     assert_eq!(pod_cidrs(&sb, "big-0"), ["10.244.0.0/23"]);
     let summary = controller.stop().await;
-    assert_eq!(summary.pools[0].used, 16);
+    assert_eq!(summary.pools[0].used_blocks, 16);
     let mut spec = spec(&ipam, &sizing).expect_sizes("big-0", Some(23), None);
     for i in 0..4 {
         spec = spec.expect_sizes(&format!("small-{i}"), Some(26), None);

@@ -55,7 +55,7 @@ async fn two_thousand_nodes_throughput() {
             health
                 .pools()
                 .first()
-                .is_some_and(|p| p.used as usize == NODES)
+                .is_some_and(|p| p.used_blocks as usize == NODES)
         })
         .await;
     assert!(done, "not all {NODES} Nodes allocated within 60 s");

@@ -101,5 +101,5 @@ async fn one_hung_patch_does_not_stall_the_other_nodes() {
             .map(|c| json!(c.iter().map(ToString::to_string).collect::<Vec<_>>())),
         Some(hung_cidrs)
     );
-    assert_eq!(summary.pools[0].used as usize, OTHERS + 1);
+    assert_eq!(summary.pools[0].used_blocks as usize, OTHERS + 1);
 }

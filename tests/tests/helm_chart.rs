@@ -110,6 +110,7 @@ controller:
     - agentpool=small:ipv4=26,ipv6=80
   allowNodeMaskLabel: true
   nodeMaskLabelRange: ipv4=22-26,ipv6=64-80
+  servedNodeSelector: "example.com/cni in (cilium,overlay),!example.com/legacy"
   kubeAPIQPS: 50
   kubeAPIBurst: 100
   nodeCIDRUpdateWorkers: 10
@@ -169,6 +170,7 @@ fn every_value_reaches_its_flag_and_the_controller_accepts_them() {
             "--node-cidr-mask-size-rule=agentpool=small:ipv4=26,ipv6=80",
             "--allow-node-mask-label=true",
             "--node-mask-label-range=ipv4=22-26,ipv6=64-80",
+            "--node-selector=example.com/cni in (cilium,overlay),!example.com/legacy",
             "--kube-api-qps=50",
             "--kube-api-burst=100",
             "--node-cidr-update-workers=10",

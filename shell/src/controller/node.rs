@@ -39,18 +39,23 @@ pub struct SlimNode {
     pub pod_cidrs: Vec<String>,
 }
 
-/// A Node's JSON as read (private: the fields [`SlimNode`] is built from).
+/// A Node's JSON as read: the fields [`SlimNode`] is built from, and `kind` (which `plan`'s
+/// reader checks on list items; the informer ignores it). `metadata`, `spec` and `kind` may be
+/// absent or `null`.
 #[derive(Deserialize)]
-struct NodeFields {
+pub(crate) struct NodeFields {
     #[serde(default)]
-    metadata: MetaFields,
+    pub(crate) kind: Option<String>,
     #[serde(default)]
-    spec: Option<SpecFields>,
+    pub(crate) metadata: Option<MetaFields>,
+    #[serde(default)]
+    pub(crate) spec: Option<SpecFields>,
 }
 
+/// `metadata`, as far as [`SlimNode`] reads it.
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase", default)]
-struct MetaFields {
+pub(crate) struct MetaFields {
     name: Option<String>,
     uid: Option<String>,
     resource_version: Option<String>,
@@ -58,9 +63,10 @@ struct MetaFields {
     labels: Option<BTreeMap<String, String>>,
 }
 
+/// `spec`, as far as [`SlimNode`] reads it.
 #[derive(Deserialize, Default)]
 #[serde(default)]
-struct SpecFields {
+pub(crate) struct SpecFields {
     #[serde(rename = "podCIDR")]
     pod_cidr: Option<String>,
     #[serde(rename = "podCIDRs")]
@@ -69,7 +75,8 @@ struct SpecFields {
 
 impl From<NodeFields> for SlimNode {
     fn from(fields: NodeFields) -> SlimNode {
-        let NodeFields { metadata, spec } = fields;
+        let NodeFields { metadata, spec, .. } = fields;
+        let metadata = metadata.unwrap_or_default();
         let spec = spec.unwrap_or_default();
         SlimNode {
             deleting: metadata.deletion_timestamp.is_some(),
@@ -87,6 +94,25 @@ impl From<NodeFields> for SlimNode {
 }
 
 impl SlimNode {
+    /// The slim copy of a whole k8s-openapi Node (what deserializing its JSON gives).
+    pub fn from_node(node: &k8s_openapi::api::core::v1::Node) -> SlimNode {
+        let spec = node.spec.as_ref();
+        SlimNode {
+            metadata: ObjectMeta {
+                name: node.metadata.name.clone(),
+                uid: node.metadata.uid.clone(),
+                resource_version: node.metadata.resource_version.clone(),
+                labels: node.metadata.labels.clone(),
+                ..ObjectMeta::default()
+            },
+            deleting: node.metadata.deletion_timestamp.is_some(),
+            pod_cidr: spec
+                .and_then(|s| s.pod_cidr.clone())
+                .filter(|c| !c.is_empty()),
+            pod_cidrs: spec.and_then(|s| s.pod_cidrs.clone()).unwrap_or_default(),
+        }
+    }
+
     /// `metadata.name`, or `""`.
     pub fn name(&self) -> &str {
         self.metadata.name.as_deref().unwrap_or_default()
@@ -220,6 +246,7 @@ mod tests {
                     serde_json::from_value(item.clone()).expect("a Node");
                 let slim: SlimNode = serde_json::from_value(item).expect("a slim Node");
                 assert_eq!(slim.view(), NodeView::from_node(&full), "{file}");
+                assert_eq!(SlimNode::from_node(&full), slim, "{file}");
                 assert_eq!(slim.metadata.labels, full.metadata.labels, "{file}");
                 assert_eq!(
                     slim.metadata.resource_version, full.metadata.resource_version,

@@ -304,16 +304,24 @@ fn startup_occupy(
     let mut allocator = allocator.lock().unwrap_or_else(PoisonError::into_inner);
     let mut events = HashMap::new();
     let (mut occupied, mut skipped, mut other_size) = (0usize, 0usize, 0usize);
+    // Nodes `--node-selector` does not select: not waiting, not skipped, no findings.
+    let mut not_served = 0usize;
     let mut findings: Vec<crate::diagnostics::Finding> = Vec::new();
     for name in &names {
         let Some((name, node)) = cache.get(name) else {
             continue;
         };
         if node.needs_pod_cidrs() {
+            // A view (allocations) only when a selector has something to read.
+            let selecting = !allocator.sizing().node_selector().selects_all();
+            not_served +=
+                usize::from(selecting && !allocator.sizing().serves(&node.view(&name).labels));
             continue;
         }
         let view = node.view(&name);
-        findings.extend(crate::diagnostics::node_findings(ipam, &view));
+        if allocator.sizing().serves(&view.labels) {
+            findings.extend(crate::diagnostics::node_findings(ipam, &view));
+        }
         for (name, decision) in allocator.startup_occupy(std::slice::from_ref(&view)) {
             for metric in &decision.metrics {
                 m::apply(metric);
@@ -323,6 +331,7 @@ fn startup_occupy(
                     tracing::warn!(node = %name, %reason, "skipping Node");
                     skipped += 1;
                 }
+                Action::NotServed { .. } => not_served += 1,
                 Action::Keep { pod_cidrs } => {
                     occupied += 1;
                     if let Some(reason) = allocator.size_mismatch(&view, pod_cidrs) {
@@ -347,9 +356,9 @@ fn startup_occupy(
     for pool in &pools {
         tracing::info!(
             cluster_cidr = %pool.cluster_cidr,
-            capacity = pool.capacity,
-            used = pool.used,
-            free = pool.free,
+            capacity = pool.capacity_blocks,
+            used = pool.used_blocks,
+            free = pool.free_blocks,
             "pool after start-up occupy"
         );
     }
@@ -358,7 +367,8 @@ fn startup_occupy(
         nodes = names.len(),
         occupied,
         skipped,
-        waiting = names.len() - occupied - skipped,
+        waiting = names.len() - occupied - skipped - not_served,
+        not_served,
         other_size,
         "start-up occupy done; allocating"
     );

@@ -6,6 +6,9 @@
 //!   workers at once, and an event that arrives during its reconcile is not lost;
 //! - [`WorkQueue::add_after`] queues a name after a delay (retries), keeping only the earliest
 //!   pending delay per name;
+//! - the time from [`WorkQueue::get`] to [`WorkQueue::done`] is observed as the work duration
+//!   (client-go's `workqueue_work_duration_seconds`, processing start times kept per name, here
+//!   [`metric_names::WORKQUEUE_WORK_DURATION_SECONDS`]);
 //! - it is unbounded: adding never waits, so the informer always keeps reading its watch stream.
 //!   Its size is bounded by the number of distinct Node names anyway.
 //!
@@ -47,8 +50,8 @@ struct State {
     urgent_after_done: HashSet<NodeName>,
     /// Names that need processing (ready, or processing and to be queued again when done).
     dirty: HashSet<NodeName>,
-    /// Names handed out and not yet done.
-    processing: HashSet<NodeName>,
+    /// Names handed out and not yet done, with when each was handed out.
+    processing: HashMap<NodeName, Instant>,
     /// Delayed adds: (due, sequence, name), earliest first.
     delayed: BinaryHeap<Reverse<(Instant, u64, NodeName)>>,
     /// The earliest pending delayed add per name (later ones for the same name are dropped).
@@ -63,7 +66,7 @@ impl State {
             return false;
         }
         self.dirty.insert(name.clone());
-        if self.processing.contains(&name) {
+        if self.processing.contains_key(&name) {
             return false;
         }
         self.ready.push_back(name);
@@ -75,7 +78,7 @@ impl State {
         if self.shutting_down {
             return false;
         }
-        if self.processing.contains(&name) {
+        if self.processing.contains_key(&name) {
             self.dirty.insert(name.clone());
             self.urgent_after_done.insert(name);
             return false;
@@ -215,7 +218,7 @@ impl WorkQueue {
                 state.promote_due(Instant::now());
                 if let Some(name) = state.pop_next() {
                     state.dirty.remove(&name);
-                    state.processing.insert(name.clone());
+                    state.processing.insert(name.clone(), Instant::now());
                     if state.ready_len() == 0 {
                         state.shrink();
                     }
@@ -239,7 +242,10 @@ impl WorkQueue {
     /// `name`'s reconcile is over: if it was added meanwhile, it is queued again.
     pub fn done(&self, name: &NodeName) {
         let mut state = self.state();
-        state.processing.remove(name);
+        if let Some(started) = state.processing.remove(name) {
+            metrics::histogram!(metric_names::WORKQUEUE_WORK_DURATION_SECONDS)
+                .record(started.elapsed().as_secs_f64());
+        }
         let urgent = state.urgent_after_done.remove(name);
         if state.dirty.contains(name) && !state.shutting_down {
             if urgent {
@@ -472,5 +478,34 @@ mod tests {
         }
         assert_eq!(queue.len(), 50_000);
         assert_eq!(&*get(&queue).await, "node-0");
+    }
+
+    /// The work duration (client-go's `workqueue_work_duration_seconds`) is the time from `get`
+    /// to `done`, observed once per item, in client-go's buckets.
+    #[tokio::test(start_paused = true)]
+    async fn work_duration_is_observed_from_get_to_done() {
+        let recorder = crate::metrics::prometheus_builder().build_recorder();
+        let handle = recorder.handle();
+        let _guard = metrics::set_default_local_recorder(&recorder);
+        let queue = WorkQueue::new();
+        queue.add(n("a"));
+        let a = get(&queue).await;
+        advance(Duration::from_millis(250)).await;
+        queue.done(&a);
+        // A name never handed out is not observed.
+        queue.done(&n("b"));
+        let text = handle.render();
+        let value = |series: &str| {
+            text.lines()
+                .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+                .unwrap_or_else(|| panic!("{series} not in:\n{text}"))
+                .to_owned()
+        };
+        let name = metric_names::WORKQUEUE_WORK_DURATION_SECONDS;
+        assert_eq!(value(&format!("{name}_count")), "1");
+        assert_eq!(value(&format!("{name}_sum")), "0.25");
+        assert_eq!(value(&format!("{name}_bucket{{le=\"0.1\"}}")), "0");
+        assert_eq!(value(&format!("{name}_bucket{{le=\"1\"}}")), "1");
+        assert_eq!(value(&format!("{name}_bucket{{le=\"0.00000001\"}}")), "0");
     }
 }

@@ -319,9 +319,9 @@ impl Shared {
         let waiting = lock(&self.waiters).len().max(1);
         tracing::warn!(
             %cluster_cidr,
-            capacity = stats.map_or(0, |s| s.capacity),
-            used = stats.map_or(0, |s| s.used),
-            free = stats.map_or(0, |s| s.free),
+            capacity = stats.map_or(0, |s| s.capacity_blocks),
+            used = stats.map_or(0, |s| s.used_blocks),
+            free = stats.map_or(0, |s| s.free_blocks),
             waiting,
             node = %name,
             suppressed,
@@ -664,7 +664,7 @@ mod tests {
         assert!(matches!(failed.action, Action::Fail { .. }), "{failed:?}");
         // Logged (and rate-limited from now on).
         shared.apply(&waiting, None, &failed);
-        assert_eq!(shared.health.pools()[0].free, 0);
+        assert_eq!(shared.health.pools()[0].free_blocks, 0);
 
         // "a" is not in the informer's cache: the decision is its release, with no I/O.
         let (released, uid) = shared.decide(&holder);
@@ -672,7 +672,7 @@ mod tests {
         assert!(Shared::is_local(&released), "{released:?}");
         shared.finish_local(&holder, &released);
 
-        assert_eq!(shared.health.pools()[0].free, 1);
+        assert_eq!(shared.health.pools()[0].free_blocks, 1);
         assert_eq!(
             lock(&shared.exhaustion_log).check(cluster_cidr, Instant::now()),
             Some(0),

@@ -845,6 +845,14 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
         Ignored(OTHER_CONTROLLER),
     ),
     flag(
+        "node-selector",
+        Value,
+        Ours,
+        Implemented(
+            "serve only the Nodes this label selector selects (`a=b,c!=d,e in (x,y),!f`; default every Node); the others are never written, and the podCIDRs they have stay occupied (see README, Serving some Nodes)",
+        ),
+    ),
+    flag(
         "node-startup-grace-period",
         Value,
         Kcm,

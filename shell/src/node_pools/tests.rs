@@ -290,6 +290,7 @@ fn resolve_label_then_first_matching_rule_then_default() {
             ipv4: Some((22, 26)),
             ipv6: None,
         },
+        ..NodePools::default()
     };
     let sizing = pools.sizing(&dual).unwrap();
     assert_eq!(

@@ -95,6 +95,7 @@ impl Allocator {
                         held: pod_cidrs.clone(),
                         state: RecordState::Pending(PendingWrite::default()),
                         ahead_of_informer: false,
+                        served: true,
                         uid: node.uid.as_deref().map(Into::into),
                     },
                 );

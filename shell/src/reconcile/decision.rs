@@ -143,6 +143,13 @@ pub enum Action {
         /// The CIDRs that were held for it.
         pod_cidrs: Vec<Cidr>,
     },
+    /// The Node is not selected by `--node-selector`: nothing is written, no event is published
+    /// and it is counted neither as skipped nor as waiting. What it holds stays occupied.
+    NotServed {
+        /// The CIDRs reserved for it: its podCIDRs (or the part of them that could be
+        /// occupied), or a reservation made while it was served. Empty if none.
+        held: Vec<Cidr>,
+    },
     /// A PATCH did not get a definite answer, or was refused for now: the reservation is kept
     /// and the same CIDRs are sent again ([`Decision::next`] says when).
     KeepTrying {

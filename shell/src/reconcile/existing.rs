@@ -41,12 +41,26 @@ impl Allocator {
     }
 
     /// Occupies a Node's existing podCIDRs, or skips it; a Node occupied anew carries its
-    /// diagnostic events (R08, R10, R11).
+    /// diagnostic events (R08, R10, R11). A Node `--node-selector` does not select is occupied
+    /// (or skipped) all the same, quietly ([`Action::NotServed`]); when it enters the selection
+    /// its events come as for a Node seen anew.
     pub(super) fn observe_existing(&mut self, node: &NodeView) -> Decision {
+        let served = self.sizing.serves(&node.labels);
+        let decision = self.observe_existing_as(node, served);
+        if served {
+            decision
+        } else {
+            self.not_served(&node.name, decision)
+        }
+    }
+
+    /// [`Allocator::observe_existing`] with the record marked `served` (or not).
+    fn observe_existing_as(&mut self, node: &NodeView, served: bool) -> Decision {
         let raw = node.raw_pod_cidrs();
         let parsed = node.parsed_pod_cidrs();
         let uid = node.uid.as_deref();
         if let Some(record) = self.nodes.get_mut(&node.name) {
+            let entering = served && !record.served;
             match &record.state {
                 RecordState::Held | RecordState::Pending(_)
                     if parsed.as_deref() == Some(record.held.as_slice()) =>
@@ -54,14 +68,22 @@ impl Allocator {
                     // Seen again, or our own PATCH observed before its response: now confirmed.
                     record.state = RecordState::Held;
                     record.uid = uid.map(Into::into);
-                    return Decision::new(Action::Keep {
+                    let mut decision = Decision::new(Action::Keep {
                         pod_cidrs: record.held.clone(),
                     });
+                    self.set_served(&node.name, served);
+                    if entering {
+                        decision.events = self.node_findings(node);
+                    }
+                    return decision;
                 }
                 RecordState::Skipped(info) if info.raw == raw && record.is_for(uid) => {
-                    return Decision::new(Action::Skip {
-                        reason: info.reason.clone(),
-                    });
+                    let (kind, reason) = (info.kind, info.reason.clone());
+                    self.set_served(&node.name, served);
+                    if entering {
+                        return skip_reported(node, kind, reason);
+                    }
+                    return Decision::new(Action::Skip { reason });
                 }
                 _ => {}
             }
@@ -73,6 +95,7 @@ impl Allocator {
             Ok(pod_cidrs) => self.occupy_existing(node, pod_cidrs),
             Err(skip) => self.skip_existing(node, raw, skip),
         };
+        self.set_served(&node.name, served);
         decision.after_metrics(released)
     }
 
@@ -93,6 +116,7 @@ impl Allocator {
                 state: RecordState::Held,
                 uid: node.uid.as_deref().map(Into::into),
                 ahead_of_informer: false,
+                served: true,
             },
         );
         let mut decision = Decision::new(Action::Keep { pod_cidrs });
@@ -116,22 +140,7 @@ impl Allocator {
                 }
             }
         }
-        let mut decision = Decision::new(Action::Skip {
-            reason: skip.reason.clone(),
-        });
-        decision.metrics = occupied;
-        decision.events.push(EventSpec {
-            kind: EventKind::Warning,
-            reason: skip.kind.event_reason(),
-            note: truncate_note(format!(
-                "Node {} skipped by the node IPAM controller: {}",
-                node.name, skip.reason
-            )),
-            action: reasons::ACTION_OCCUPY,
-        });
-        decision
-            .metrics
-            .push(MetricEvent::NodeSkipped { kind: skip.kind });
+        let decision = skip_reported(node, skip.kind, skip.reason.clone()).after_metrics(occupied);
         self.put(
             node.name.clone(),
             NodeRecord {
@@ -143,6 +152,7 @@ impl Allocator {
                 })),
                 uid: node.uid.as_deref().map(Into::into),
                 ahead_of_informer: false,
+                served: true,
             },
         );
         decision
@@ -236,6 +246,25 @@ impl Allocator {
         }
         None
     }
+}
+
+/// The skip of a Node whose podCIDRs cannot be occupied, as reported: one Warning event and
+/// one metric.
+fn skip_reported(node: &NodeView, kind: SkipKind, reason: String) -> Decision {
+    let mut decision = Decision::new(Action::Skip {
+        reason: reason.clone(),
+    });
+    decision.events.push(EventSpec {
+        kind: EventKind::Warning,
+        reason: kind.event_reason(),
+        note: truncate_note(format!(
+            "Node {} skipped by the node IPAM controller: {reason}",
+            node.name
+        )),
+        action: reasons::ACTION_OCCUPY,
+    });
+    decision.metrics.push(MetricEvent::NodeSkipped { kind });
+    decision
 }
 
 /// Parses a Node's podCIDRs (`raw`, [`NodeView::raw_pod_cidrs`]) as kube-controller-manager

@@ -27,7 +27,14 @@
 //!   blocks (the finest configured size) and a Node without podCIDRs gets the size its labels
 //!   select: coarser than the default first fit, the default or finer round-robin from the cursor
 //!   (exactly the range allocator's order when there are no rules). A Node whose mask label is
-//!   unusable gets nothing until the label changes (one Warning event).
+//!   unusable gets nothing until the label changes (one Warning event);
+//! - a Node `--node-selector` does not select ([`Sizing::serves`]) is **not served**
+//!   ([`Action::NotServed`]): never written, no event, not counted as skipped or waiting. What
+//!   its podCIDRs cover is occupied all the same — checked and reserved as for any Node, so a
+//!   served Node can never be given a block it holds — and a Node that leaves the selection
+//!   keeps what it holds (a reservation whose write may still land included: nothing is
+//!   released, nothing is sent). A Node that enters the selection is served like a new Node (its
+//!   diagnostic or skip events come then). Its deletion releases as for any Node.
 
 use std::collections::HashMap;
 
@@ -51,20 +58,21 @@ pub use release::uncovered_runs;
 
 use decision::informer_behind;
 
-/// Capacity and usage of one cluster CIDR, in blocks.
+/// Capacity and usage of one cluster CIDR, in grid blocks (the `*_blocks` fields).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolStats {
     /// The cluster CIDR.
     pub cluster_cidr: Cidr,
-    /// The block prefix length, bits: the grid (the finest size a Node can get; the node CIDR
-    /// mask size without node-pool rules). Capacity, used and free count these blocks.
+    /// The grid block prefix length, bits: the finest size a Node can get (the node CIDR mask
+    /// size without node-pool rules). The `*_blocks` fields count blocks of this size.
     pub node_mask_size: u8,
-    /// Total blocks.
-    pub capacity: u32,
-    /// Allocated or reserved blocks (Nodes, pending patches, service CIDRs, skipped Nodes).
-    pub used: u32,
-    /// Free blocks.
-    pub free: u32,
+    /// Total grid blocks.
+    pub capacity_blocks: u32,
+    /// Allocated or reserved grid blocks (Nodes served or not, pending patches, service CIDRs,
+    /// skipped Nodes).
+    pub used_blocks: u32,
+    /// Free grid blocks.
+    pub free_blocks: u32,
 }
 
 /// A pending write's history.
@@ -107,11 +115,19 @@ struct NodeRecord {
     /// ([`NodeRecord::uid`]), its copies of other objects of the name, and its deletions, may be
     /// older, so they are checked with a GET instead of acted on ([`Next::Reread`]).
     ahead_of_informer: bool,
+    /// The Node was selected by `--node-selector` when last decided on (its skip, if any, is
+    /// counted and reported only then).
+    served: bool,
 }
 
 impl NodeRecord {
     fn is_for(&self, uid: Option<&str>) -> bool {
         Uid::same(self.uid.as_ref(), uid)
+    }
+
+    /// Whether the record counts as a skipped Node (metric, [`Allocator::skipped_count`]).
+    fn counts_as_skipped(&self) -> bool {
+        self.served && matches!(self.state, RecordState::Skipped(_))
     }
 }
 
@@ -122,7 +138,8 @@ pub struct Allocator {
     pool: Pool<Vec<u64>>,
     service_cidrs: Vec<Cidr>,
     nodes: HashMap<NodeName, NodeRecord>,
-    /// Records in [`RecordState::Skipped`] (kept in step by [`Allocator::put`]/[`Allocator::take`]).
+    /// Served records in [`RecordState::Skipped`] (kept in step by [`Allocator::put`],
+    /// [`Allocator::take`] and [`Allocator::set_served`]).
     skipped: usize,
     /// Per-Node mask sizes and the grid of each cluster CIDR.
     sizing: Sizing,
@@ -208,9 +225,9 @@ impl Allocator {
             .map(|set| PoolStats {
                 cluster_cidr: set.cluster_cidr(),
                 node_mask_size: set.node_mask_size(),
-                capacity: set.block_count(),
-                used: set.allocated_count(),
-                free: set.free_count(),
+                capacity_blocks: set.block_count(),
+                used_blocks: set.allocated_count(),
+                free_blocks: set.free_count(),
             })
             .collect()
     }
@@ -238,7 +255,7 @@ impl Allocator {
             .is_some_and(|r| matches!(r.state, RecordState::Pending(p) if p.maybe_sent))
     }
 
-    /// Number of Nodes currently skipped.
+    /// Number of served Nodes currently skipped.
     pub fn skipped_count(&self) -> usize {
         self.skipped
     }
@@ -246,13 +263,26 @@ impl Allocator {
     /// Stores `record` for `name` (replacing none: callers [`Allocator::take`] first).
     fn put(&mut self, name: NodeName, record: NodeRecord) {
         self.holdings_generation = self.holdings_generation.wrapping_add(1);
-        if matches!(record.state, RecordState::Skipped(_)) {
+        if record.counts_as_skipped() {
             self.skipped += 1;
         }
         if let Some(old) = self.nodes.insert(name, record)
-            && matches!(old.state, RecordState::Skipped(_))
+            && old.counts_as_skipped()
         {
             self.skipped -= 1;
+        }
+    }
+
+    /// Marks `name`'s record (if any) served or not, keeping the skipped count in step.
+    fn set_served(&mut self, name: &str, served: bool) {
+        if let Some(record) = self.nodes.get_mut(name) {
+            let before = record.counts_as_skipped();
+            record.served = served;
+            match (before, record.counts_as_skipped()) {
+                (false, true) => self.skipped += 1,
+                (true, false) => self.skipped -= 1,
+                _ => {}
+            }
         }
     }
 
@@ -260,7 +290,7 @@ impl Allocator {
     fn take(&mut self, name: &str) -> Option<NodeRecord> {
         let record = self.nodes.remove(name)?;
         self.holdings_generation = self.holdings_generation.wrapping_add(1);
-        if matches!(record.state, RecordState::Skipped(_)) {
+        if record.counts_as_skipped() {
             self.skipped -= 1;
         }
         Some(record)
@@ -334,6 +364,10 @@ impl Allocator {
         if node.has_pod_cidrs() {
             return self.observe_existing(node);
         }
+        if !self.sizing.serves(&node.labels) {
+            return self.not_served_without_pod_cidrs(node);
+        }
+        self.set_served(&node.name, true);
         let uid = node.uid.as_deref();
         let mut released = Vec::new();
         if let Some(record) = self.nodes.get(&node.name) {
@@ -377,7 +411,7 @@ impl Allocator {
 
     /// Everything that decides this allocator's future answers, as canonical text: the pool (every
     /// set's bitmap, counts and next-candidate cursor), each record (sorted by name: CIDRs held,
-    /// state, uid, ahead of the informer) and the mask-label refusals. A pending write's failure
+    /// state, uid, ahead of the informer, served) and the mask-label refusals. A pending write's failure
     /// count only decides when its event is published, so it is cut at
     /// [`FAILED_PATCHES_BEFORE_EVENT`] + 1. Caches that change no answer (the exhaustion reason's
     /// memo, its cost counter) are left out. Two allocators with equal keys answer every call
@@ -403,16 +437,68 @@ impl Allocator {
             };
             let _ = write!(
                 key,
-                "{name}:{}:{state}:{:?}:{};",
+                "{name}:{}:{state}:{:?}:{}:{};",
                 join(&record.held),
                 record.uid,
-                record.ahead_of_informer
+                record.ahead_of_informer,
+                record.served
             );
         }
         let mut refusals: Vec<_> = self.label_refusals.iter().collect();
         refusals.sort_by(|a, b| a.0.cmp(b.0));
         let _ = write!(key, "{refusals:?}");
         key
+    }
+
+    /// A Node without podCIDRs that `--node-selector` does not select: nothing is allocated or
+    /// written. What its record holds for this object stays (a reservation whose write may still
+    /// land; a stale view of a Node that has podCIDRs); a record of an earlier object of the
+    /// name is released, as for a served Node.
+    fn not_served_without_pod_cidrs(&mut self, node: &NodeView) -> Decision {
+        self.label_refusals.remove(&node.name);
+        let uid = node.uid.as_deref();
+        let keep = self.nodes.get(&node.name).is_some_and(|record| {
+            record.is_for(uid)
+                && match record.state {
+                    RecordState::Pending(_) | RecordState::Gone => true,
+                    RecordState::Held => uid.is_some(),
+                    RecordState::Skipped(_) => false,
+                }
+        });
+        let released = if keep {
+            self.set_served(&node.name, false);
+            Vec::new()
+        } else {
+            self.forget(&node.name)
+        };
+        Decision::new(Action::NotServed {
+            held: self
+                .held(&node.name)
+                .map(<[Cidr]>::to_vec)
+                .unwrap_or_default(),
+        })
+        .after_metrics(released)
+    }
+
+    /// `decision` (about a Node with podCIDRs, its record already updated) made quiet for a Node
+    /// not served: the record is marked so, and of the decision only what changed in the pool
+    /// stays (its occupy and release metrics) — no event, no skip metric.
+    fn not_served(&mut self, name: &str, decision: Decision) -> Decision {
+        self.set_served(name, false);
+        let mut quiet = Decision::new(Action::NotServed {
+            held: self.held(name).map(<[Cidr]>::to_vec).unwrap_or_default(),
+        });
+        quiet.metrics = decision
+            .metrics
+            .into_iter()
+            .filter(|m| {
+                matches!(
+                    m,
+                    MetricEvent::Occupied { .. } | MetricEvent::Released { .. }
+                )
+            })
+            .collect();
+        quiet
     }
 
     fn cluster_cidr_of(&self, cidr: Cidr) -> Option<Cidr> {
@@ -467,3 +553,6 @@ mod tests;
 
 #[cfg(test)]
 mod node_pool_tests;
+
+#[cfg(test)]
+mod selector_tests;

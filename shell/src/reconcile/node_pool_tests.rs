@@ -61,7 +61,7 @@ fn assigned(a: &mut Allocator, node: &NodeView) -> Vec<Cidr> {
 }
 
 fn used(a: &Allocator) -> Vec<u32> {
-    a.pool_stats().iter().map(|s| s.used).collect()
+    a.pool_stats().iter().map(|s| s.used_blocks).collect()
 }
 
 /// A big pool (/23, coarser than the default: first fit), the default pool (/24, round-robin
@@ -72,7 +72,7 @@ fn mixed_pools_from_the_aks_labels() {
     let mut a = allocator("10.244.0.0/16", &pools);
     let stats = a.pool_stats();
     assert_eq!(
-        (stats[0].node_mask_size, stats[0].capacity),
+        (stats[0].node_mask_size, stats[0].capacity_blocks),
         (26, 1024),
         "grid /26"
     );

@@ -51,6 +51,7 @@ impl Allocator {
                 state: RecordState::Gone,
                 uid: uid.map(Into::into),
                 ahead_of_informer: false,
+                served: true,
             },
         );
         decision

@@ -29,7 +29,11 @@ fn fixture(file: &str) -> Vec<NodeView> {
 }
 
 fn used(allocator: &Allocator) -> Vec<u32> {
-    allocator.pool_stats().iter().map(|s| s.used).collect()
+    allocator
+        .pool_stats()
+        .iter()
+        .map(|s| s.used_blocks)
+        .collect()
 }
 
 #[test]

@@ -1128,7 +1128,7 @@ impl NodeIpam {
 }
 
 fn used(a: &Allocator) -> u32 {
-    a.pool_stats().iter().map(|p| p.used).sum()
+    a.pool_stats().iter().map(|p| p.used_blocks).sum()
 }
 
 /// Why a quiescent state is not settled right (`None`: it is).

@@ -191,7 +191,7 @@ pub fn controller_view(summary: &RunSummary) -> ControllerView {
         used: summary
             .pools
             .iter()
-            .map(|p| (p.cluster_cidr.to_string(), u64::from(p.used)))
+            .map(|p| (p.cluster_cidr.to_string(), u64::from(p.used_blocks)))
             .collect(),
         held: summary
             .held
@@ -833,7 +833,7 @@ impl Driver<'_> {
             .health
             .pools()
             .iter()
-            .map(|p| u64::from(p.used))
+            .map(|p| u64::from(p.used_blocks))
             .collect();
         let oracle: Vec<u64> = usage.iter().map(|(used, _)| *used).collect();
         if controller != oracle {

@@ -196,7 +196,7 @@ pub fn check_end_state(
 
 /// Pool usage as the controller reports it (after its last reconcile), per cluster CIDR.
 pub fn used(health: &Health) -> Vec<u32> {
-    health.pools().iter().map(|p| p.used).collect()
+    health.pools().iter().map(|p| p.used_blocks).collect()
 }
 
 /// Names of Nodes without podCIDRs.
@@ -302,7 +302,7 @@ pub fn assert_pools_match_plan(summary: &RunSummary, predicted: &PlanReport, wha
     let pools: Vec<(String, u32, u32)> = summary
         .pools
         .iter()
-        .map(|p| (p.cluster_cidr.to_string(), p.capacity, p.used))
+        .map(|p| (p.cluster_cidr.to_string(), p.capacity_blocks, p.used_blocks))
         .collect();
     let planned: Vec<(String, u32, u32)> = predicted
         .pools
