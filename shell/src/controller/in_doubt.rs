@@ -81,6 +81,18 @@ impl InDoubtWrites {
         }
     }
 
+    /// Every Node with a write in doubt and the latest instant one of its writes may land (expired
+    /// ones included, until settled), sorted by name. For the model checker
+    /// (`shell/tests/model_check.rs`), which carries this state from step to step.
+    #[doc(hidden)]
+    pub fn deadlines(&self) -> Vec<(NodeName, Instant)> {
+        let until = self.until.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut all: Vec<(NodeName, Instant)> =
+            until.iter().map(|(name, at)| (name.clone(), *at)).collect();
+        all.sort();
+        all
+    }
+
     /// The writes in doubt whose deadline is after `now` (`None`: nothing can land any more).
     pub fn pending(&self, now: Instant) -> Option<Pending> {
         let until = self.until.lock().unwrap_or_else(PoisonError::into_inner);

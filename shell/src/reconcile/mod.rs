@@ -132,7 +132,8 @@ impl NodeRecord {
     }
 }
 
-/// The allocator state: the pool and who holds what.
+/// The allocator state: the pool and who holds what. `Clone` copies the whole state (`plan`
+/// copies it per pass; the model checker, `shell/tests/model_check.rs`, branches on it).
 #[derive(Debug, Clone)]
 pub struct Allocator {
     pool: Pool<Vec<u64>>,
@@ -407,6 +408,47 @@ impl Allocator {
             .after_metrics(released);
         }
         self.allocate(node).after_metrics(released)
+    }
+
+    /// Everything that decides this allocator's future answers, as canonical text: the pool (every
+    /// set's bitmap, counts and next-candidate cursor), each record (sorted by name: CIDRs held,
+    /// state, uid, ahead of the informer, served) and the mask-label refusals. A pending write's failure
+    /// count only decides when its event is published, so it is cut at
+    /// [`FAILED_PATCHES_BEFORE_EVENT`] + 1. Caches that change no answer (the exhaustion reason's
+    /// memo, its cost counter) are left out. Two allocators with equal keys answer every call
+    /// alike. For the model checker (`shell/tests/model_check.rs`), which identifies states by it;
+    /// not used by the controller.
+    #[doc(hidden)]
+    pub fn model_key(&self) -> String {
+        use std::fmt::Write as _;
+        let mut key = format!("{:?}|", self.pool);
+        let mut names: Vec<&NodeName> = self.nodes.keys().collect();
+        names.sort();
+        for name in names {
+            let Some(record) = self.nodes.get(name) else {
+                continue;
+            };
+            let state = match &record.state {
+                RecordState::Pending(p) => format!(
+                    "P{}{}",
+                    p.failures.min(FAILED_PATCHES_BEFORE_EVENT + 1),
+                    if p.maybe_sent { "?" } else { "" }
+                ),
+                other => format!("{other:?}"),
+            };
+            let _ = write!(
+                key,
+                "{name}:{}:{state}:{:?}:{}:{};",
+                join(&record.held),
+                record.uid,
+                record.ahead_of_informer,
+                record.served
+            );
+        }
+        let mut refusals: Vec<_> = self.label_refusals.iter().collect();
+        refusals.sort_by(|a, b| a.0.cmp(b.0));
+        let _ = write!(key, "{refusals:?}");
+        key
     }
 
     /// A Node without podCIDRs that `--node-selector` does not select: nothing is allocated or
