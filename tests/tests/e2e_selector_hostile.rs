@@ -22,8 +22,9 @@ use common::{
     WAIT, fast_config, init_tracing, ipam, masks, node_like, node_patches, pod_cidrs, spawn,
     template_node,
 };
-use nodeipam::node_pools::NodePools;
+use nodeipam::node_pools::{NodePools, Sizing};
 use nodeipam::node_selector::NodeSelector;
+use nodeipam_core::IpamConfig;
 use nodeipam_tests::invariants::name_of;
 use nodeipam_tests::sandbox::{
     FaultAction, FaultRule, PatchType, Resource, Sandbox, Verb, fixture,
@@ -136,11 +137,9 @@ async fn hostile_nodes_around_the_selection() {
     )
     .await;
     let config = || {
-        let mut config = fast_config(ipam("10.244.0.0/16", "", masks(None, None, None)));
-        config.node_pools = NodePools {
-            node_selector: NodeSelector::parse(&format!("{KEY}=overlay")).unwrap(),
-            ..NodePools::default()
-        };
+        let ipam = ipam("10.244.0.0/16", "", masks(None, None, None));
+        let mut config = fast_config(ipam.clone());
+        config.sizing = selecting(&ipam);
         config
     };
     let controller = spawn(&sb, config());
@@ -307,11 +306,9 @@ async fn a_waiting_node_never_gets_a_block_an_unselected_node_holds() {
     sb.inject(
         FaultRule::new(Verb::Patch, Resource::Nodes, 1000, FaultAction::Status(500)).named("m"),
     );
-    let mut config = fast_config(ipam("10.244.0.0/22", "", masks(None, None, None)));
-    config.node_pools = NodePools {
-        node_selector: NodeSelector::parse(&format!("{KEY}=overlay")).unwrap(),
-        ..NodePools::default()
-    };
+    let ipam = ipam("10.244.0.0/22", "", masks(None, None, None));
+    let mut config = fast_config(ipam.clone());
+    config.sizing = selecting(&ipam);
     let controller = spawn(&sb, config);
     controller.wait_allocating(&sb).await;
     assert!(sb.wait_until(WAIT, |sb| patch_count(sb, "m") >= 2).await);
@@ -362,4 +359,14 @@ async fn a_waiting_node_never_gets_a_block_an_unselected_node_holds() {
     }
     assert_eq!(patch_count(&sb, "kubenet-dup"), 0);
     assert_written_cidrs_unique(&sb);
+}
+
+/// The sizing of `ipam` with `--node-selector` set to `KEY=overlay` (as `main` builds it).
+fn selecting(ipam: &IpamConfig) -> Sizing {
+    NodePools {
+        node_selector: NodeSelector::parse(&format!("{KEY}=overlay")).unwrap(),
+        ..NodePools::default()
+    }
+    .sizing(ipam)
+    .unwrap()
 }
