@@ -20,33 +20,19 @@ mod common;
 use std::collections::BTreeSet;
 
 use common::{
-    WAIT, assert_no_cidr_handed_out_twice, fast_config, init_tracing, ipam, masks, node_like,
-    node_patches, pod_cidrs, spawn, template_node, used,
+    WAIT, assert_no_cidr_handed_out_twice, fast_config, init_tracing, ipam, labelled,
+    labelled_items, masks, node_like, node_patches, pod_cidrs, spawn, template_node, used,
 };
 use nodeipam::node_pools::NodePools;
 use nodeipam::node_selector::NodeSelector;
 use nodeipam::plan::plan_with_sizing;
 use nodeipam_tests::invariants::name_of;
-use nodeipam_tests::sandbox::{PatchType, Sandbox, fixture};
+use nodeipam_tests::sandbox::{PatchType, Sandbox};
 use serde_json::{Value, json};
 
 const AKS: &str = "03-aks-kubenet-3nodes.json";
 const AWS: &str = "05-aws-4nodes-no-podcidr.json";
 const KEY: &str = "example.com/cni";
-
-fn labelled(mut node: Value, cni: &str) -> Value {
-    node["metadata"]["labels"][KEY] = json!(cni);
-    node
-}
-
-fn items(file: &str, cni: &str) -> Vec<Value> {
-    fixture(file)["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| labelled(n.clone(), cni))
-        .collect()
-}
 
 fn nodelist(items: Vec<Value>) -> Value {
     json!({"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": items})
@@ -66,12 +52,12 @@ fn series_value(text: &str, series: &str) -> Option<f64> {
 async fn unselected_nodes_are_never_written_and_their_blocks_never_reused() {
     init_tracing();
     let metrics = nodeipam::metrics::install_recorder().unwrap();
-    let mut nodes = items(AKS, "kubenet");
-    nodes.extend(items(AWS, "overlay"));
+    let mut nodes = labelled_items(AKS, KEY, "kubenet");
+    nodes.extend(labelled_items(AWS, KEY, "overlay"));
     // Two Nodes of the other CNI that have no podCIDRs yet: never ours to write.
     let aws = template_node(AWS);
     for name in ["kubenet-pending-1", "kubenet-pending-2"] {
-        nodes.push(labelled(node_like(&aws, name), "kubenet"));
+        nodes.push(labelled(node_like(&aws, name), KEY, "kubenet"));
     }
     nodes.sort_by_key(name_of);
     let doc = nodelist(nodes);
@@ -133,13 +119,14 @@ async fn unselected_nodes_are_never_written_and_their_blocks_never_reused() {
         json!({"apiVersion": "v1", "kind": "Node",
                "metadata": {"name": "kubenet-late", "labels": {}},
                "spec": {"podCIDR": "10.244.7.0/24", "podCIDRs": ["10.244.7.0/24"]}}),
+        KEY,
         "kubenet",
     ))
     .unwrap();
     let health = controller.health.clone();
     assert!(sb.wait_until(WAIT, |_| used(&health) == vec![8]).await);
     // … so the next Node of ours skips it (the cursor stands at 10.244.7.0).
-    sb.create_node(labelled(node_like(&aws, "overlay-new"), "overlay"))
+    sb.create_node(labelled(node_like(&aws, "overlay-new"), KEY, "overlay"))
         .unwrap();
     assert!(
         sb.wait_until(WAIT, |sb| !pod_cidrs(sb, "overlay-new").is_empty())

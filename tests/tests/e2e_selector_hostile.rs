@@ -19,26 +19,19 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use common::{
-    WAIT, fast_config, init_tracing, ipam, masks, node_like, node_patches, pod_cidrs, spawn,
-    template_node,
+    WAIT, fast_config, init_tracing, ipam, labelled, labelled_items, masks, node_like,
+    node_patches, pod_cidrs, spawn, template_node,
 };
 use nodeipam::node_pools::{NodePools, Sizing};
 use nodeipam::node_selector::NodeSelector;
 use nodeipam_core::IpamConfig;
 use nodeipam_tests::invariants::name_of;
-use nodeipam_tests::sandbox::{
-    FaultAction, FaultRule, PatchType, Resource, Sandbox, Verb, fixture,
-};
+use nodeipam_tests::sandbox::{FaultAction, FaultRule, PatchType, Resource, Sandbox, Verb};
 use serde_json::{Value, json};
 
 const AKS: &str = "03-aks-kubenet-3nodes.json";
 const AWS: &str = "05-aws-4nodes-no-podcidr.json";
 const KEY: &str = "example.com/cni";
-
-fn labelled(mut node: Value, cni: &str) -> Value {
-    node["metadata"]["labels"][KEY] = json!(cni);
-    node
-}
 
 fn with_pod_cidrs(mut node: Value, cidrs: &[&str]) -> Value {
     node["spec"]["podCIDR"] = json!(cidrs[0]);
@@ -93,37 +86,27 @@ fn assert_written_cidrs_unique(sb: &nodeipam_tests::sandbox::SandboxHandle) {
 #[tokio::test]
 async fn hostile_nodes_around_the_selection() {
     init_tracing();
-    let aks: Vec<Value> = fixture(AKS)["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| labelled(n.clone(), "kubenet"))
-        .collect();
-    let aws: Vec<Value> = fixture(AWS)["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| labelled(n.clone(), "overlay"))
-        .collect();
+    let aks: Vec<Value> = labelled_items(AKS, KEY, "kubenet");
+    let aws: Vec<Value> = labelled_items(AWS, KEY, "overlay");
     let template = template_node(AWS);
     let mut nodes = aks.clone();
     nodes.extend(aws.clone());
     // Unselected Nodes with podCIDRs no controller of ours would accept.
     let dup_of = aks[0]["spec"]["podCIDRs"][0].as_str().unwrap().to_owned();
     nodes.push(with_pod_cidrs(
-        labelled(node_like(&template, "kubenet-garbage"), "kubenet"),
+        labelled(node_like(&template, "kubenet-garbage"), KEY, "kubenet"),
         &["not-a-cidr"],
     ));
     nodes.push(with_pod_cidrs(
-        labelled(node_like(&template, "kubenet-dup"), "kubenet"),
+        labelled(node_like(&template, "kubenet-dup"), KEY, "kubenet"),
         &[&dup_of],
     ));
     nodes.push(with_pod_cidrs(
-        labelled(node_like(&template, "kubenet-outside"), "kubenet"),
+        labelled(node_like(&template, "kubenet-outside"), KEY, "kubenet"),
         &["192.168.7.0/24"],
     ));
     nodes.push(with_pod_cidrs(
-        labelled(node_like(&template, "kubenet-hostbits"), "kubenet"),
+        labelled(node_like(&template, "kubenet-hostbits"), KEY, "kubenet"),
         &["10.244.3.7/24"],
     ));
     nodes.sort_by_key(name_of);
@@ -172,7 +155,7 @@ async fn hostile_nodes_around_the_selection() {
         FaultRule::new(Verb::Patch, Resource::Nodes, 1000, FaultAction::Status(500))
             .named("mid-write"),
     );
-    sb.create_node(labelled(node_like(&template, "mid-write"), "overlay"))
+    sb.create_node(labelled(node_like(&template, "mid-write"), KEY, "overlay"))
         .unwrap();
     assert!(
         sb.wait_until(WAIT, |sb| patch_count(sb, "mid-write") >= 2)
@@ -190,7 +173,7 @@ async fn hostile_nodes_around_the_selection() {
             .collect();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let writes_when_seen = patch_count(&sb, "mid-write");
-    sb.create_node(labelled(node_like(&template, "after-mid"), "overlay"))
+    sb.create_node(labelled(node_like(&template, "after-mid"), KEY, "overlay"))
         .unwrap();
     assert!(
         sb.wait_until(WAIT, |sb| !pod_cidrs(sb, "after-mid").is_empty())
@@ -209,12 +192,12 @@ async fn hostile_nodes_around_the_selection() {
     // without podCIDRs (served: a fresh block), a selected one comes back unselected (never written).
     let aks0 = name_of(&aks[0]);
     sb.delete_node(&aks0).unwrap();
-    sb.create_node(labelled(node_like(&aks[0], &aks0), "overlay"))
+    sb.create_node(labelled(node_like(&aks[0], &aks0), KEY, "overlay"))
         .unwrap();
     let first_aws = aws_names[0].clone();
     let before = patch_count(&sb, &first_aws);
     sb.delete_node(&first_aws).unwrap();
-    sb.create_node(labelled(node_like(&aws[0], &first_aws), "kubenet"))
+    sb.create_node(labelled(node_like(&aws[0], &first_aws), KEY, "kubenet"))
         .unwrap();
     assert!(
         sb.wait_until(WAIT, |sb| !pod_cidrs(sb, &aks0).is_empty())
@@ -228,7 +211,7 @@ async fn hostile_nodes_around_the_selection() {
     // unselected holders.
     let controller = spawn(&sb, config());
     controller.wait_allocating(&sb).await;
-    sb.create_node(labelled(node_like(&template, "after-stop"), "overlay"))
+    sb.create_node(labelled(node_like(&template, "after-stop"), KEY, "overlay"))
         .unwrap();
     assert!(
         sb.wait_until(WAIT, |sb| !pod_cidrs(sb, "after-stop").is_empty())
@@ -237,7 +220,7 @@ async fn hostile_nodes_around_the_selection() {
     controller.abort().await;
     let controller = spawn(&sb, config());
     controller.wait_allocating(&sb).await;
-    sb.create_node(labelled(node_like(&template, "after-kill"), "overlay"))
+    sb.create_node(labelled(node_like(&template, "after-kill"), KEY, "overlay"))
         .unwrap();
     assert!(
         sb.wait_until(WAIT, |sb| !pod_cidrs(sb, "after-kill").is_empty())
@@ -284,20 +267,15 @@ async fn hostile_nodes_around_the_selection() {
 #[tokio::test]
 async fn a_waiting_node_never_gets_a_block_an_unselected_node_holds() {
     init_tracing();
-    let aks: Vec<Value> = fixture(AKS)["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| labelled(n.clone(), "kubenet"))
-        .collect();
+    let aks: Vec<Value> = labelled_items(AKS, KEY, "kubenet");
     let template = template_node(AWS);
     let dup_of = aks[0]["spec"]["podCIDRs"][0].as_str().unwrap().to_owned();
     let mut nodes = aks.clone();
     nodes.push(with_pod_cidrs(
-        labelled(node_like(&template, "kubenet-dup"), "kubenet"),
+        labelled(node_like(&template, "kubenet-dup"), KEY, "kubenet"),
         &[&dup_of],
     ));
-    nodes.push(labelled(node_like(&template, "m"), "overlay"));
+    nodes.push(labelled(node_like(&template, "m"), KEY, "overlay"));
     nodes.sort_by_key(name_of);
     let sb = Sandbox::start(
         json!({"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": nodes}),
@@ -319,7 +297,7 @@ async fn a_waiting_node_never_gets_a_block_an_unselected_node_holds() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let m_writes = patch_count(&sb, "m");
 
-    sb.create_node(labelled(node_like(&template, "w"), "overlay"))
+    sb.create_node(labelled(node_like(&template, "w"), KEY, "overlay"))
         .unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(pod_cidrs(&sb, "w").is_empty(), "{:?}", pod_cidrs(&sb, "w"));
@@ -334,7 +312,7 @@ async fn a_waiting_node_never_gets_a_block_an_unselected_node_holds() {
     );
     assert_eq!(pod_cidrs(&sb, "w"), std::slice::from_ref(&dup_of));
     // m's block (its write may still land) waits for m's deletion.
-    sb.create_node(labelled(node_like(&template, "w2"), "overlay"))
+    sb.create_node(labelled(node_like(&template, "w2"), KEY, "overlay"))
         .unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(

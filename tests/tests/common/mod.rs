@@ -340,3 +340,19 @@ pub fn late_write_first_patch(
 pub fn template_node(file: &str) -> Value {
     nodeipam_tests::sandbox::fixture(file)["items"][0].clone()
 }
+
+/// `node` with the label `key=value` added (or replaced).
+pub fn labelled(mut node: Value, key: &str, value: &str) -> Value {
+    node["metadata"]["labels"][key] = Value::from(value);
+    node
+}
+
+/// Every Node of a fixture, each labelled `key=value` ([`labelled`]).
+pub fn labelled_items(file: &str, key: &str, value: &str) -> Vec<Value> {
+    nodeipam_tests::sandbox::fixture(file)["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| labelled(n.clone(), key, value))
+        .collect()
+}
