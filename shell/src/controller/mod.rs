@@ -502,7 +502,7 @@ fn spawn_leadership_log(
 /// has passed: at most the request timeout after the last answer, so the wait is bounded by the
 /// request timeout. Logs how many writes it waits for and until when. A Lease lost meanwhile ends
 /// the wait: a deposed leader cannot hold it, and its successor is kept out until after those
-/// deadlines by the write fence (see [`leader`]).
+/// deadlines by the write fence (see [`crate::leader`]).
 async fn hold_lease_for_writes_in_doubt(
     in_doubt: &InDoubtWrites,
     leadership: &mut watch::Receiver<Leadership>,

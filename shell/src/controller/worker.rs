@@ -86,7 +86,7 @@ impl WriteGate {
 /// A waiting Node's safety re-check comes after this many times the retry delay cap
 /// (`ControllerConfig::retry_max_delay`, 30 s by default: 5 minutes).
 ///
-/// Every free wakes a waiting Node at once ([`Waiters`]), so the re-check is only a safety net: it
+/// Every free wakes a waiting Node at once (`Waiters`), so the re-check is only a safety net: it
 /// bounds how long a Node could wait if capacity came back by a path that does not report a
 /// release (none is known; a future one would be caught here instead of leaving Nodes unserved for
 /// good). By default, at 10,000 waiting Nodes it costs ~33 local reconciles per second and,

@@ -166,7 +166,7 @@ pub enum Next {
     /// Nothing until the Node changes.
     Done,
     /// Read the Node from the API server (GET) and decide again on what it shows
-    /// ([`Allocator::decide_fresh`], or [`Allocator::object_gone`] for the record's uid on 404):
+    /// ([`super::Allocator::decide_fresh`], or [`super::Allocator::object_gone`] for the record's uid on 404):
     /// the informer's copy may be older than what a write was just refused for, or than what an
     /// earlier GET showed.
     Reread,
@@ -244,7 +244,7 @@ pub enum MetricEvent {
     },
     /// A PATCH of `spec.podCIDR(s)` failed.
     PatchFailed {
-        /// The bounded error label ([`PatchOutcome::metric_label`]).
+        /// The bounded error label ([`super::PatchOutcome::metric_label`]).
         error: &'static str,
     },
 }

@@ -12,7 +12,7 @@ impl Allocator {
     ///
     /// While the record is ahead of the informer (decided on a newer answer of the API server),
     /// the deletion may be of an earlier object of the name: nothing is released, and the
-    /// decision says to check with a GET ([`Next::Reread`], then [`Allocator::object_gone`] on
+    /// decision says to check with a GET ([`super::Next::Reread`], then [`Allocator::object_gone`] on
     /// 404).
     pub fn remove(&mut self, name: &str) -> Decision {
         if self
