@@ -136,7 +136,7 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> CidrSet<S> {
 
     /// Where `request` would go within `range`, without changing anything: the first entirely free
     /// aligned block of `request.prefix_len` bits inside the range, searched as
-    /// [`CidrSet::find_block`] searches the whole set — from the range's cursor rounded up to the
+    /// `CidrSet::find_block` searches the whole set — from the range's cursor rounded up to the
     /// block's alignment, wrapping to the range's start ([`Placement::NextFromCursor`]), or from
     /// the range's start ([`Placement::FirstFit`]). Blocks outside the range are never returned.
     ///
