@@ -181,13 +181,13 @@ pub struct IpamFlags {
     )]
     pub service_cluster_ip_range: String,
     /// Node CIDR mask size (bits) for a single-stack cluster (default 24 for IPv4, 64 for IPv6).
-    #[arg(long, global = true, value_name = "BITS", value_parser = pflag::parse_int_as::<u8>)]
+    #[arg(long, global = true, value_name = "BITS", value_parser = pflag::parse_mask_size)]
     pub node_cidr_mask_size: Option<u8>,
     /// Node CIDR mask size (bits) for the IPv4 cluster CIDR (default 24).
-    #[arg(long, global = true, value_name = "BITS", value_parser = pflag::parse_int_as::<u8>)]
+    #[arg(long, global = true, value_name = "BITS", value_parser = pflag::parse_mask_size)]
     pub node_cidr_mask_size_ipv4: Option<u8>,
     /// Node CIDR mask size (bits) for the IPv6 cluster CIDR (default 64).
-    #[arg(long, global = true, value_name = "BITS", value_parser = pflag::parse_int_as::<u8>)]
+    #[arg(long, global = true, value_name = "BITS", value_parser = pflag::parse_mask_size)]
     pub node_cidr_mask_size_ipv6: Option<u8>,
     /// Whether to allocate pod CIDRs to Nodes (kube-controller-manager defaults to false; this
     /// controller exists to do it, so true).

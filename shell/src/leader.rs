@@ -184,7 +184,8 @@ impl LeaseConfig {
         let lease = self.lease_duration;
         if lease < Duration::from_secs(1) || lease.as_secs() > i32::MAX as u64 {
             return invalid(format!(
-                "lease duration {lease:?} must be between 1s and {}s (whole seconds in an int32)",
+                "lease duration {}s must be between 1s and {}s (whole seconds in an int32)",
+                lease.as_secs_f64(),
                 i32::MAX
             ));
         }

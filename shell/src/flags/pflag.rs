@@ -93,6 +93,25 @@ where
     })
 }
 
+/// A clap value parser for the node CIDR mask size flags: pflag integer syntax (as
+/// [`parse_int`]), then a prefix length in bits, 0 to 128. Which lengths fit a family (at most 32
+/// for IPv4, and no shorter than the cluster CIDR's prefix) is checked with the cluster CIDRs, by
+/// `nodeipam_core::validate`.
+///
+/// # Errors
+/// As [`parse_int`], or a message saying what a mask size is (`-1` is not one).
+pub fn parse_mask_size(text: &str) -> Result<u8, String> {
+    let value = parse_int(text)?;
+    u8::try_from(value)
+        .ok()
+        .filter(|bits| *bits <= 128)
+        .ok_or_else(|| {
+            format!(
+                "{value} is not a mask size: a prefix length in bits, 0 to 32 for IPv4, 0 to 128 for IPv6"
+            )
+        })
+}
+
 /// The printable range of the integer types flags use.
 pub mod num_bounds {
     /// The bounds of an integer type, as text for error messages.

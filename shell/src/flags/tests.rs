@@ -26,6 +26,37 @@ fn go_durations() {
 }
 
 #[test]
+fn mask_size_and_duration_messages_echo_what_was_meant() {
+    for flag in [
+        "--node-cidr-mask-size=-1",
+        "--node-cidr-mask-size-ipv4=-1",
+        "--node-cidr-mask-size-ipv6=129",
+    ] {
+        let error = Cli::try_parse_from(["nodeipam-controller", "--cluster-cidr=10.0.0.0/8", flag])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            error.contains("is not a mask size: a prefix length in bits"),
+            "{flag}: {error}"
+        );
+    }
+    let cli = Cli::try_parse_from([
+        "nodeipam-controller",
+        "--cluster-cidr=10.0.0.0/8",
+        "--node-cidr-mask-size-ipv6=128",
+        "--leader-elect-lease-duration=0s",
+    ])
+    .expect("parses: the range is checked by validation");
+    assert_eq!(cli.ipam.node_cidr_mask_size_ipv6, Some(128));
+    let error = cli.controller.validate().err().unwrap_or_default();
+    assert!(
+        error.starts_with("--leader-elect-lease-duration=0s must be between 1s"),
+        "{error}"
+    );
+}
+
+#[test]
 fn defaults_match_kube_controller_manager() {
     let cli = Cli::try_parse_from(["nodeipam-controller", "--cluster-cidr=10.244.0.0/16"])
         .expect("parses");

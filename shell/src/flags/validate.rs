@@ -157,7 +157,8 @@ impl ControllerFlags {
         let retry = self.leader_elect_retry_period;
         if lease < Duration::from_secs(1) || lease.as_secs() > i32::MAX as u64 {
             return Err(format!(
-                "--leader-elect-lease-duration={lease:?} must be between 1s and {}s (a Lease holds whole seconds in an int32)",
+                "--leader-elect-lease-duration={}s must be between 1s and {}s (a Lease holds whole seconds in an int32)",
+                lease.as_secs_f64(),
                 i32::MAX
             ));
         }
