@@ -41,6 +41,7 @@
 //! # }
 //! ```
 
+pub mod cluster_cidrs;
 pub mod conn;
 pub mod deadline;
 pub mod faults;

@@ -11,15 +11,20 @@ pub enum Resource {
     Events,
     /// `v1` `Event` (namespaced), the legacy core events.
     CoreEvents,
+    /// `nodeipam.io/v1alpha1` `ClusterCIDR` (cluster-scoped, with a `status` subresource): the
+    /// custom resource of `deploy/crds/clustercidrs.yaml`, served as kube-apiserver serves a CRD
+    /// ([`super::cluster_cidrs`]).
+    ClusterCidrs,
 }
 
 impl Resource {
     /// All served resources.
-    pub const ALL: [Resource; 4] = [
+    pub const ALL: [Resource; 5] = [
         Resource::Nodes,
         Resource::Leases,
         Resource::Events,
         Resource::CoreEvents,
+        Resource::ClusterCidrs,
     ];
 
     /// API group (`""` for core).
@@ -28,6 +33,15 @@ impl Resource {
             Resource::Nodes | Resource::CoreEvents => "",
             Resource::Leases => "coordination.k8s.io",
             Resource::Events => "events.k8s.io",
+            Resource::ClusterCidrs => "nodeipam.io",
+        }
+    }
+
+    /// The served version of the group (`v1`, or `v1alpha1` for ClusterCIDRs).
+    pub fn version(self) -> &'static str {
+        match self {
+            Resource::ClusterCidrs => "v1alpha1",
+            _ => "v1",
         }
     }
 
@@ -37,7 +51,19 @@ impl Resource {
             Resource::Nodes | Resource::CoreEvents => "v1",
             Resource::Leases => "coordination.k8s.io/v1",
             Resource::Events => "events.k8s.io/v1",
+            Resource::ClusterCidrs => "nodeipam.io/v1alpha1",
         }
+    }
+
+    /// Whether the resource is a custom resource (served by apiextensions-apiserver: no
+    /// strategic merge patch, `metadata.generation` kept, unknown fields pruned).
+    pub fn is_custom(self) -> bool {
+        matches!(self, Resource::ClusterCidrs)
+    }
+
+    /// Whether `/NAME/status` is served (Nodes, and CRDs declaring `subresources.status`).
+    pub fn has_status_subresource(self) -> bool {
+        matches!(self, Resource::Nodes | Resource::ClusterCidrs)
     }
 
     /// `kind` of objects of this type.
@@ -46,6 +72,7 @@ impl Resource {
             Resource::Nodes => "Node",
             Resource::Leases => "Lease",
             Resource::Events | Resource::CoreEvents => "Event",
+            Resource::ClusterCidrs => "ClusterCIDR",
         }
     }
 
@@ -55,6 +82,7 @@ impl Resource {
             Resource::Nodes => "NodeList",
             Resource::Leases => "LeaseList",
             Resource::Events | Resource::CoreEvents => "EventList",
+            Resource::ClusterCidrs => "ClusterCIDRList",
         }
     }
 
@@ -64,6 +92,7 @@ impl Resource {
             Resource::Nodes => "nodes",
             Resource::Leases => "leases",
             Resource::Events | Resource::CoreEvents => "events",
+            Resource::ClusterCidrs => "clustercidrs",
         }
     }
 
@@ -79,42 +108,45 @@ impl Resource {
     /// The etcd key kube-apiserver stores an object under (as error messages show it):
     /// `/registry/minions/NAME` for Nodes (the special prefix of
     /// `pkg/kubeapiserver/default_storage_factory_builder.go`), `/registry/leases/NS/NAME`,
-    /// `/registry/events/NS/NAME` (both Event APIs share the `events` prefix).
+    /// `/registry/events/NS/NAME` (both Event APIs share the `events` prefix), and
+    /// `/registry/GROUP/PLURAL/NAME` for a cluster-scoped custom resource.
     pub fn etcd_key(self, ns: &str, name: &str) -> String {
         match self {
             Resource::Nodes => format!("/registry/minions/{name}"),
             Resource::Leases => format!("/registry/leases/{ns}/{name}"),
             Resource::Events | Resource::CoreEvents => format!("/registry/events/{ns}/{name}"),
+            Resource::ClusterCidrs => format!("/registry/nodeipam.io/clustercidrs/{name}"),
         }
     }
 
     /// `AllowUnconditionalUpdate` of the resource's strategy: whether an update without
     /// `metadata.resourceVersion` is allowed (Nodes: `pkg/registry/core/node/strategy.go`, Events:
     /// `pkg/registry/core/event/strategy.go` — yes; Leases:
-    /// `pkg/registry/coordination/lease/strategy.go` — no).
+    /// `pkg/registry/coordination/lease/strategy.go`, custom resources:
+    /// `apiextensions-apiserver/pkg/registry/customresource/strategy.go` — no).
     pub fn allow_unconditional_update(self) -> bool {
-        !matches!(self, Resource::Leases)
+        !matches!(self, Resource::Leases | Resource::ClusterCidrs)
     }
 
     /// Whether objects live in a namespace.
     pub fn namespaced(self) -> bool {
-        !matches!(self, Resource::Nodes)
+        !matches!(self, Resource::Nodes | Resource::ClusterCidrs)
     }
 
-    /// URL prefix of the group/version: `/api/v1` or `/apis/GROUP/v1`.
+    /// URL prefix of the group/version: `/api/v1` or `/apis/GROUP/VERSION`.
     pub fn prefix(self) -> String {
         if self.group().is_empty() {
             "/api/v1".to_owned()
         } else {
-            format!("/apis/{}/v1", self.group())
+            format!("/apis/{}/{}", self.group(), self.version())
         }
     }
 
-    /// Find a resource from its group and plural.
-    pub fn from_group_plural(group: &str, plural: &str) -> Option<Resource> {
+    /// Find a resource from its group, version and plural.
+    pub fn from_group_plural(group: &str, version: &str, plural: &str) -> Option<Resource> {
         Resource::ALL
             .into_iter()
-            .find(|r| r.group() == group && r.plural() == plural)
+            .find(|r| r.group() == group && r.version() == version && r.plural() == plural)
     }
 }
 
@@ -168,12 +200,12 @@ pub struct Target {
     pub subresource: Option<String>,
 }
 
-/// Parse `/api/v1/...` and `/apis/GROUP/v1/...` paths.
+/// Parse `/api/v1/...` and `/apis/GROUP/VERSION/...` paths.
 pub fn parse_path(path: &str) -> Option<Target> {
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let (group, rest) = match segs.as_slice() {
-        ["api", "v1", rest @ ..] => ("", rest),
-        ["apis", group, "v1", rest @ ..] => (*group, rest),
+    let (group, version, rest) = match segs.as_slice() {
+        ["api", "v1", rest @ ..] => ("", "v1", rest),
+        ["apis", group, version, rest @ ..] => (*group, *version, rest),
         _ => return None,
     };
     let (namespace, rest) = match rest {
@@ -186,7 +218,7 @@ pub fn parse_path(path: &str) -> Option<Target> {
         [plural, name, sub] => (*plural, Some((*name).to_owned()), Some((*sub).to_owned())),
         _ => return None,
     };
-    let resource = Resource::from_group_plural(group, plural)?;
+    let resource = Resource::from_group_plural(group, version, plural)?;
     if !resource.namespaced() && namespace.is_some() {
         return None;
     }
@@ -194,7 +226,7 @@ pub fn parse_path(path: &str) -> Option<Target> {
         return None;
     }
     if let Some(s) = &sub
-        && !(resource == Resource::Nodes && s == "status")
+        && !(resource.has_status_subresource() && s == "status")
     {
         return None;
     }
@@ -229,5 +261,14 @@ mod tests {
         assert!(parse_path("/api/v1/pods").is_none());
         assert!(parse_path("/apis/events.k8s.io/v1/events").is_some());
         assert!(parse_path("/apis/events.k8s.io/v1/events/x").is_none());
+        let t = parse_path("/apis/nodeipam.io/v1alpha1/clustercidrs/pool-a/status")
+            .expect("a ClusterCIDR's status");
+        assert_eq!(
+            (t.resource, t.name.as_deref(), t.subresource.as_deref()),
+            (Resource::ClusterCidrs, Some("pool-a"), Some("status"))
+        );
+        assert!(parse_path("/apis/nodeipam.io/v1/clustercidrs").is_none());
+        assert!(parse_path("/apis/nodeipam.io/v1alpha1/namespaces/x/clustercidrs").is_none());
+        assert!(parse_path("/apis/coordination.k8s.io/v1alpha1/leases").is_none());
     }
 }

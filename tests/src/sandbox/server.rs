@@ -686,8 +686,13 @@ fn dispatch(shared: &Arc<Shared>, call: &Call) -> Result<Reply, ApiError> {
         }
         Verb::Patch => {
             let ct = content_type.unwrap_or("");
-            let ty = PatchType::from_content_type(ct)
-                .ok_or_else(|| ApiError::unsupported_media_type(ct))?;
+            let ty = match PatchType::from_content_type(ct) {
+                Some(PatchType::Strategic) if res.is_custom() => {
+                    return Err(ApiError::unsupported_patch_of_custom_resource());
+                }
+                Some(ty) => ty,
+                None => return Err(ApiError::unsupported_media_type(ct)),
+            };
             let body = parse_body(bytes)?;
             let force = truthy(q, "force");
             if ty == PatchType::Apply && !q.contains_key("fieldManager") {
@@ -747,9 +752,15 @@ fn non_resource(
             &json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}),
         )),
         "/apis" => {
-            let groups: Vec<Value> = ["coordination.k8s.io", "events.k8s.io"]
+            let mut served: Vec<(&str, &str)> = Resource::ALL
                 .iter()
-                .map(|g| json!({"name": g, "versions": [{"groupVersion": format!("{g}/v1"), "version": "v1"}], "preferredVersion": {"groupVersion": format!("{g}/v1"), "version": "v1"}}))
+                .filter(|r| !r.group().is_empty())
+                .map(|r| (r.group(), r.version()))
+                .collect();
+            served.dedup();
+            let groups: Vec<Value> = served
+                .into_iter()
+                .map(|(g, v)| json!({"name": g, "versions": [{"groupVersion": format!("{g}/{v}"), "version": v}], "preferredVersion": {"groupVersion": format!("{g}/{v}"), "version": v}}))
                 .collect();
             Some(json_response(
                 200,

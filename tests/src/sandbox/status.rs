@@ -214,8 +214,14 @@ impl ApiError {
     /// As `NewInvalid` (`apimachinery/pkg/api/errors/errors.go`): `details.causes` has every cause
     /// (duplicates too), the message lists each distinct `field: message` once
     /// (`ErrorList.ToAggregate`), bracketed when there are several.
+    /// A custom resource's kind is shown with its group (`ClusterCIDR.nodeipam.io "x" is invalid`).
     pub fn invalid(res: Resource, name: &str, causes: Vec<Cause>) -> Self {
-        Self::invalid_qualified(res.kind(), res.group(), res.kind(), name, causes)
+        let shown = if res.is_custom() {
+            format!("{}.{}", res.kind(), res.group())
+        } else {
+            res.kind().to_owned()
+        };
+        Self::invalid_qualified(&shown, res.group(), res.kind(), name, causes)
     }
 
     /// 422 `Invalid` whose kind is given as text: `shown` is the `GroupKind` as the message prints
@@ -287,6 +293,16 @@ impl ApiError {
             format!(
                 "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type:?})"
             ),
+        )
+    }
+
+    /// 415 `UnsupportedMediaType` for a strategic merge patch of a custom resource (which has no
+    /// patch strategies): kube-apiserver v1.36's message, word for word.
+    pub fn unsupported_patch_of_custom_resource() -> Self {
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
         )
     }
 

@@ -239,8 +239,13 @@ pub fn prepare_metadata(key: &Key, new: &mut Value, old: &Value) -> Result<(), A
 /// PrepareForUpdate` keeps the stored `status` (a write to `/nodes/x` cannot change it);
 /// `nodeStatusStrategy.PrepareForUpdate` keeps the stored `spec` (and, in the sandbox, all other
 /// stored fields) for `/nodes/x/status`. Node objects then get the v1 podCIDR/podCIDRs
-/// conversion ([`super::nodes::convert`]). Other resources have no subresources here.
+/// conversion ([`super::nodes::convert`]). ClusterCIDRs follow the custom resource strategies
+/// ([`super::cluster_cidrs::prepare_for_update`]). Other resources have no subresources here.
 pub fn prepare_for_update(res: Resource, subresource: Option<&str>, new: &mut Value, old: &Value) {
+    if res == Resource::ClusterCidrs {
+        super::cluster_cidrs::prepare_for_update(subresource, new, old);
+        return;
+    }
     if res != Resource::Nodes {
         return;
     }

@@ -134,6 +134,7 @@ pub fn on_create(res: Resource, obj: &Value, strict_cidrs: bool) -> Vec<Cause> {
         Resource::Leases => lease(obj),
         Resource::Events => event(obj),
         Resource::CoreEvents => core_event(obj),
+        Resource::ClusterCidrs => super::cluster_cidrs::validate(obj),
     }
 }
 
@@ -231,6 +232,10 @@ pub fn on_update(res: Resource, new: &Value, old: &Value, strict_cidrs: bool) ->
             causes.extend(object_meta_update(new, old));
         }
         Resource::CoreEvents => causes.extend(core_event(new)),
+        Resource::ClusterCidrs => {
+            causes.extend(object_meta_update(new, old));
+            causes.extend(super::cluster_cidrs::validate_update(new, old));
+        }
     }
     causes
 }

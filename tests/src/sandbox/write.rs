@@ -9,7 +9,6 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 
 use super::fields::{self, ManagedEntry};
-use super::nodes;
 use super::object::StoredObject;
 use super::patch;
 use super::resource::Resource;
@@ -17,6 +16,7 @@ use super::status::{self, ApiError};
 use super::store::{ChangeType, Key, Store, now_rfc3339};
 use super::update::{self, Preconditions, meta_str};
 use super::validate;
+use super::{cluster_cidrs, nodes};
 
 /// How the field ownership of a write is recorded.
 #[derive(Debug)]
@@ -278,6 +278,9 @@ impl Store {
         if res == Resource::Nodes {
             nodes::convert(&mut obj);
         }
+        if res == Resource::ClusterCidrs {
+            cluster_cidrs::prepare_for_create(&mut obj);
+        }
         let causes = validate::on_create(res, &obj, self.strict_cidrs);
         if !causes.is_empty() {
             return Err(ApiError::invalid(res, &name, causes));
@@ -520,6 +523,12 @@ impl Store {
             }
             self.rv += 1;
             let m = meta(&mut new);
+            // `markAsDeleting`: an object that counts generations gets a new one.
+            if let Some(generation) = m.get("generation").and_then(Value::as_i64)
+                && generation > 0
+            {
+                m.insert("generation".into(), json!(generation + 1));
+            }
             m.insert("deletionTimestamp".into(), json!(now_rfc3339()));
             m.insert("deletionGracePeriodSeconds".into(), json!(0));
             let stored = versioned(key, self.rv, &mut new, old.managed().to_vec());

@@ -239,3 +239,166 @@ async fn cluster_cidr_crd_rules_are_enforced_by_the_real_server() {
         "the status write left spec alone"
     );
 }
+
+const CLUSTER_CIDRS: &str = "/apis/nodeipam.io/v1alpha1/clustercidrs";
+const JSON: &str = "application/json";
+const MERGE: &str = "application/merge-patch+json";
+
+fn cluster_cidr_body(name: &str, spec: Value, rest: Value) -> String {
+    let mut body = json!({
+        "apiVersion": "nodeipam.io/v1alpha1",
+        "kind": "ClusterCIDR",
+        "metadata": {"name": name},
+        "spec": spec,
+    });
+    if let (Some(body), Some(rest)) = (body.as_object_mut(), rest.as_object()) {
+        body.extend(rest.clone());
+    }
+    body.to_string()
+}
+
+/// The requests a ClusterCIDR controller makes and an operator's writes it must live with:
+/// create (with a status and an unknown field), duplicates and refusals, LIST, a spec change
+/// (immutable), an update without a resourceVersion, a strategic merge patch (415 on a custom
+/// resource), metadata and status writes through the main resource and `/status`, a finalizer
+/// added by JSON patch, DELETE held by it, a new finalizer refused while deleting, the finalizer
+/// removed, and a WATCH from the first create over all of it.
+fn cluster_cidr_steps() -> Vec<super::fidelity::Step> {
+    use super::fidelity::Step;
+    let one = format!("{CLUSTER_CIDRS}/pool-a");
+    let shape = [
+        "/spec",
+        "/status",
+        "/metadata/generation",
+        "/metadata/labels",
+        "/metadata/finalizers",
+        "/metadata/deletionTimestamp#present",
+    ];
+    let spec = json!({"perNodeHostBits": 8, "ipv4": "10.245.0.0/16"});
+    vec![
+        Step::new("GET a ClusterCIDR that does not exist", "GET", &one),
+        Step::new("create (with a status and an unknown field)", "POST", CLUSTER_CIDRS)
+            .body(
+                JSON,
+                cluster_cidr_body(
+                    "pool-a",
+                    json!({"perNodeHostBits": 8, "ipv4": "10.245.0.0/16", "unknown": 1}),
+                    json!({"status": {"ipv4": {"capacity": 1}}, "extra": true}),
+                ),
+            )
+            .compare(&shape)
+            .compare(&["/extra", "/kind", "/apiVersion"])
+            .capture("rv0", "/metadata/resourceVersion"),
+        Step::new("create it again", "POST", CLUSTER_CIDRS)
+            .body(JSON, cluster_cidr_body("pool-a", spec.clone(), json!({}))),
+        Step::new("create one with no range", "POST", CLUSTER_CIDRS).body(
+            JSON,
+            cluster_cidr_body("no-range", json!({"perNodeHostBits": 8}), json!({})),
+        ),
+        Step::new("create one with host bits set", "POST", CLUSTER_CIDRS).body(
+            JSON,
+            cluster_cidr_body(
+                "host-bits",
+                json!({"perNodeHostBits": 8, "ipv4": "10.247.0.1/16"}),
+                json!({}),
+            ),
+        ),
+        Step::new("create a dual-stack one with a selector", "POST", CLUSTER_CIDRS)
+            .body(
+                JSON,
+                cluster_cidr_body(
+                    "pool-b",
+                    json!({"perNodeHostBits": 6, "ipv4": "10.246.0.0/20", "ipv6": "fd00:10:246::/104",
+                           "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [
+                               {"key": "kubernetes.azure.com/mode", "operator": "Exists"}]}]}}),
+                    json!({}),
+                ),
+            )
+            .compare(&shape),
+        Step::new("GET", "GET", &one)
+            .compare(&shape)
+            .capture("rv1", "/metadata/resourceVersion"),
+        Step::new("LIST", "GET", CLUSTER_CIDRS).compare(&["/kind", "/items#names"]),
+        Step::new("change spec (PUT)", "PUT", &one).body(
+            JSON,
+            cluster_cidr_body(
+                "pool-a",
+                json!({"perNodeHostBits": 8, "ipv4": "10.248.0.0/16"}),
+                json!({"metadata": {"name": "pool-a", "resourceVersion": "$(rv1)"}}),
+            ),
+        ),
+        Step::new("PUT without a resourceVersion", "PUT", &one)
+            .body(JSON, cluster_cidr_body("pool-a", spec.clone(), json!({}))),
+        Step::new("strategic merge patch", "PATCH", &one).body(
+            "application/strategic-merge-patch+json",
+            r#"{"metadata":{"labels":{"team":"a"}}}"#,
+        ),
+        Step::new("label and status through the main resource", "PATCH", &one)
+            .body(
+                MERGE,
+                r#"{"metadata":{"labels":{"team":"a"}},"status":{"ipv4":{"free":1}}}"#,
+            )
+            .compare(&shape),
+        Step::new("status, spec and a label through /status", "PATCH", format!("{one}/status"))
+            .body(
+                MERGE,
+                r#"{"metadata":{"labels":{"team":"b"}},"spec":{"perNodeHostBits":9},"status":{"ipv4":{"capacity":256,"used":1,"free":255},"conditions":[{"type":"Ready","status":"True","observedGeneration":1,"lastTransitionTime":"2026-12-02T10:00:00Z","reason":"Serving","message":"ok","extra":1}]}}"#,
+            )
+            .compare(&shape),
+        Step::new("the same status again (no change)", "PATCH", format!("{one}/status"))
+            .body(MERGE, r#"{"status":{"ipv4":{"capacity":256,"used":1,"free":255}}}"#)
+            .compare(&shape),
+        Step::new("a finalizer (JSON patch)", "PATCH", &one)
+            .body(
+                "application/json-patch+json",
+                r#"[{"op":"add","path":"/metadata/finalizers","value":["nodeipam.io/in-use"]}]"#,
+            )
+            .compare(&shape),
+        Step::new("DELETE (held by the finalizer)", "DELETE", &one).compare(&shape),
+        Step::new("GET while deleting", "GET", &one).compare(&shape),
+        Step::new("a new finalizer while deleting", "PATCH", &one).body(
+            MERGE,
+            r#"{"metadata":{"finalizers":["nodeipam.io/in-use","other"]}}"#,
+        ),
+        Step::new("status while deleting", "PATCH", format!("{one}/status"))
+            .body(MERGE, r#"{"status":{"ipv4":{"used":0,"free":256}}}"#)
+            .compare(&shape),
+        Step::new("the finalizer removed", "PATCH", &one)
+            .body(MERGE, r#"{"metadata":{"finalizers":null}}"#)
+            .compare(&shape),
+        Step::new("GET after the finalizer went", "GET", &one),
+        Step::new(
+            "WATCH from the first create",
+            "GET",
+            format!("{CLUSTER_CIDRS}?watch=true&resourceVersion=$(rv0)&timeoutSeconds=1"),
+        ),
+        Step::new("LIST at the end", "GET", CLUSTER_CIDRS).compare(&["/items#names"]),
+    ]
+}
+
+/// Issue 18's sandbox fidelity for the ClusterCIDR custom resource: the same requests on the real
+/// kube-apiserver (the CRD installed) and on the sandbox, compared as the other fidelity sets are
+/// (status code, `reason`, the fields a controller reads; tests/FIDELITY.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_cidrs_are_answered_like_the_sandbox_answers_them() {
+    let steps = cluster_cidr_steps();
+    let cluster = super::start().await;
+    let admin = cluster.admin_client().await.unwrap();
+    install(&admin).await;
+    let sb = nodeipam_tests::sandbox::Sandbox::start(Value::Null).await;
+    let sandbox_client = sb.client();
+    let mut captures = std::collections::BTreeMap::new();
+    let real = super::fidelity::replay(&admin, &steps, &mut captures).await;
+    let mut captures = std::collections::BTreeMap::new();
+    let sandbox = super::fidelity::replay(&sandbox_client, &steps, &mut captures).await;
+    sb.shutdown().await;
+    let mut tally = super::fidelity::Tally::default();
+    tally.compare("ClusterCIDRs", steps.iter(), &real, &sandbox);
+    eprintln!(
+        "{} requests compared, {} differences, {} kept",
+        tally.compared,
+        tally.differences.len(),
+        tally.kept
+    );
+    assert!(tally.differences.is_empty(), "{:#?}", tally.differences);
+}
