@@ -19,6 +19,7 @@
 
 pub mod build_info;
 pub mod client;
+pub mod cluster_cidr;
 pub mod compact;
 pub mod controller;
 pub mod error;

@@ -402,7 +402,7 @@ fn check_prefix(prefix: &str) -> Result<(), &'static str> {
 }
 
 /// apimachinery's `validateLabelKey` (`IsQualifiedName`).
-fn validate_key(key: &str) -> Result<(), SelectorError> {
+pub(crate) fn validate_key(key: &str) -> Result<(), SelectorError> {
     let checked = match key.split_once('/') {
         None => check_name(key),
         Some((prefix, name)) if !name.contains('/') => check_prefix(prefix).and(check_name(name)),
@@ -415,7 +415,7 @@ fn validate_key(key: &str) -> Result<(), SelectorError> {
 }
 
 /// apimachinery's `validateLabelValue` (`IsValidLabelValue`): empty, or a name.
-fn validate_value(key: &str, value: &str) -> Result<(), SelectorError> {
+pub(crate) fn validate_value(key: &str, value: &str) -> Result<(), SelectorError> {
     if value.is_empty() {
         return Ok(());
     }

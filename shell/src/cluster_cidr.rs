@@ -1,0 +1,393 @@
+//! ClusterCIDR objects (`nodeipam.io/v1alpha1`, `deploy/crds/clustercidrs.yaml`, issue 18): what
+//! one says ([`ClusterCidrPool`]), whether a Node is one it serves, and in which order a Node's
+//! pools are tried ([`serving_order`]). Pure functions: the controller feeds them the objects its
+//! watch sees and the Node's labels.
+//!
+//! The order is KEP-2593's (kube-controller-manager's `MultiCIDRRangeAllocator`, alpha in
+//! 1.25–1.28, `orderedMatchingClusterCIDRs` and its priority queue):
+//! 1. the ClusterCIDRs whose node selector matches the Node, the one matching the **most
+//!    requirements** first;
+//! 2. then the one with the **fewest blocks** in all (the smaller of its families' counts);
+//! 3. then the one with the **smaller blocks** (fewer per-node host bits);
+//! 4. then — our tie-break, where upstream compared the selectors' serialised bytes and then the
+//!    CIDR text — the **name**, so the order never depends on how a map iterates;
+//! 5. after every selecting ClusterCIDR: the fallback pools, used only when no selecting one has a
+//!    block — the flag CIDRs (`--cluster-cidr`) first, then the ClusterCIDRs without a node
+//!    selector in the order above. (Upstream put the flag CIDRs and selector-less ClusterCIDRs in
+//!    one catch-all list, in creation order.)
+//!
+//! A ClusterCIDR being deleted (`deletionTimestamp` set) serves no new Node, as upstream's
+//! "terminating" sets; the blocks its Nodes hold stay theirs.
+//!
+//! Node selector semantics are core/v1's `NodeSelector` as the scheduler reads it
+//! (`k8s.io/component-helpers/scheduling/corev1/nodeaffinity`): the terms are ORed, the
+//! requirements of one term ANDed; `In`/`NotIn`/`Exists`/`DoesNotExist` on labels, `Gt`/`Lt`
+//! comparing a label as an integer; `matchFields` only on `metadata.name` with `In`/`NotIn`; a
+//! term with no requirement matches nothing. Upstream's allocator instead ANDed the requirements
+//! of every term (its own TODO, kubernetes/kubernetes#116419); with one term — the only shape
+//! upstream handled right — both agree. "Matching requirements" counts the requirements of the
+//! matching term that has the most.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use nodeipam_core::{Cidr, Family};
+use serde::{Deserialize, Serialize};
+
+use crate::node_selector::{validate_key, validate_value};
+
+/// A `nodeipam.io/v1alpha1` `ClusterCIDR` as read from the API server (the fields the controller
+/// uses; the CRD's schema prunes anything else).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClusterCidrObject {
+    /// `metadata` (name, uid, generation, deletionTimestamp, finalizers).
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// `spec`, immutable once created (the CRD's `self == oldSelf` rule).
+    #[serde(default)]
+    pub spec: ClusterCidrSpec,
+}
+
+/// A ClusterCIDR's `spec`, as the CRD declares it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterCidrSpec {
+    /// The Nodes it serves; `None` makes it a fallback pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<NodeSelector>,
+    /// Host bits of each Node's block (bits, 4 ..= the range's host bits).
+    #[serde(default)]
+    pub per_node_host_bits: i64,
+    /// The IPv4 range, a canonical CIDR.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipv4: Option<String>,
+    /// The IPv6 range, a canonical CIDR.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipv6: Option<String>,
+}
+
+/// Why a ClusterCIDR cannot be used as a pool. The CRD's admission rules refuse all of these, so
+/// one is seen only with an older or edited CRD installed; the controller then leaves the object
+/// out and says why (the message is meant for its `Invalid` condition and an event).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClusterCidrError {
+    /// Neither `spec.ipv4` nor `spec.ipv6` is set.
+    #[error("at least one of spec.ipv4 and spec.ipv6 must be set")]
+    NoRange,
+    /// A range is not a canonical CIDR of its family.
+    #[error("spec.{field} {text:?} is not a canonical {family} CIDR with no host bits set")]
+    Range {
+        /// `ipv4` or `ipv6`.
+        field: &'static str,
+        /// The text as written.
+        text: String,
+        /// `IPv4` or `IPv6`.
+        family: &'static str,
+    },
+    /// `spec.perNodeHostBits` is below 4 or leaves a range fewer than 1 or more than 2^24
+    /// blocks.
+    #[error(
+        "spec.perNodeHostBits {host_bits} does not fit spec.{field} {range}: it must be at least 4, at most the range's host bits, and cut the range into at most 2^24 blocks"
+    )]
+    HostBits {
+        /// The value as written.
+        host_bits: i64,
+        /// `ipv4` or `ipv6`.
+        field: &'static str,
+        /// The range.
+        range: Cidr,
+    },
+    /// A node selector requirement is malformed.
+    #[error("spec.nodeSelector: {0}")]
+    Selector(String),
+}
+
+/// One requirement of a node selector term, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Requirement {
+    /// `In` (`true`) or `NotIn` (`false`) on a label.
+    LabelIn(String, Vec<String>, bool),
+    /// `Exists` (`true`) or `DoesNotExist` (`false`).
+    LabelExists(String, bool),
+    /// `Gt` (`Greater`) or `Lt` (`Less`): the label read as an integer.
+    LabelCompare(String, std::cmp::Ordering, i64),
+    /// `matchFields` on `metadata.name`: `In` (`true`) or `NotIn` (`false`).
+    NameIn(Vec<String>, bool),
+}
+
+impl Requirement {
+    fn holds(&self, labels: &BTreeMap<String, String>, node_name: &str) -> bool {
+        match self {
+            Requirement::LabelIn(key, values, inside) => {
+                labels.get(key).is_some_and(|v| values.contains(v)) == *inside
+            }
+            Requirement::LabelExists(key, present) => labels.contains_key(key) == *present,
+            Requirement::LabelCompare(key, ordering, bound) => labels
+                .get(key)
+                .and_then(|v| v.parse::<i64>().ok())
+                .is_some_and(|v| v.cmp(bound) == *ordering),
+            Requirement::NameIn(names, inside) => names.iter().any(|n| n == node_name) == *inside,
+        }
+    }
+
+    fn of_label(r: &NodeSelectorRequirement) -> Result<Requirement, String> {
+        validate_key(&r.key).map_err(|e| e.to_string())?;
+        let values = r.values.clone().unwrap_or_default();
+        for value in &values {
+            validate_value(&r.key, value).map_err(|e| e.to_string())?;
+        }
+        let one_integer = || match values.as_slice() {
+            [v] => v
+                .parse::<i64>()
+                .map_err(|_| format!("{} {}: {v:?} is not an integer", r.key, r.operator)),
+            _ => Err(format!("{} {} takes exactly one value", r.key, r.operator)),
+        };
+        let no_values = |requirement| {
+            if values.is_empty() {
+                Ok(requirement)
+            } else {
+                Err(format!("{} {} takes no values", r.key, r.operator))
+            }
+        };
+        let some_values = |inside| {
+            if values.is_empty() {
+                Err(format!("{} {} needs values", r.key, r.operator))
+            } else {
+                Ok(Requirement::LabelIn(r.key.clone(), values.clone(), inside))
+            }
+        };
+        match r.operator.as_str() {
+            "In" => some_values(true),
+            "NotIn" => some_values(false),
+            "Exists" => no_values(Requirement::LabelExists(r.key.clone(), true)),
+            "DoesNotExist" => no_values(Requirement::LabelExists(r.key.clone(), false)),
+            "Gt" => Ok(Requirement::LabelCompare(
+                r.key.clone(),
+                std::cmp::Ordering::Greater,
+                one_integer()?,
+            )),
+            "Lt" => Ok(Requirement::LabelCompare(
+                r.key.clone(),
+                std::cmp::Ordering::Less,
+                one_integer()?,
+            )),
+            other => Err(format!("{}: unknown operator {other:?}", r.key)),
+        }
+    }
+
+    fn of_field(r: &NodeSelectorRequirement) -> Result<Requirement, String> {
+        if r.key != "metadata.name" {
+            return Err(format!(
+                "matchFields supports only metadata.name, not {:?}",
+                r.key
+            ));
+        }
+        let values = r.values.clone().unwrap_or_default();
+        match (r.operator.as_str(), values.len()) {
+            ("In", 1..) => Ok(Requirement::NameIn(values, true)),
+            ("NotIn", 1..) => Ok(Requirement::NameIn(values, false)),
+            (operator, _) => Err(format!(
+                "matchFields on metadata.name supports In and NotIn with values, not {operator:?}"
+            )),
+        }
+    }
+}
+
+/// A ClusterCIDR checked and ready to serve: its ranges, block size and node selector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterCidrPool {
+    /// `metadata.name`.
+    pub name: String,
+    /// The IPv4 range, if any.
+    pub ipv4: Option<Cidr>,
+    /// The IPv6 range, if any.
+    pub ipv6: Option<Cidr>,
+    /// Host bits of each Node's block (bits).
+    pub per_node_host_bits: u8,
+    /// Whether `deletionTimestamp` is set: it then serves no new Node.
+    pub deleting: bool,
+    /// `None`: no node selector (a fallback pool). Otherwise the terms, each a list of
+    /// requirements.
+    terms: Option<Vec<Vec<Requirement>>>,
+}
+
+fn family_name(family: Family) -> &'static str {
+    match family {
+        Family::V4 => "IPv4",
+        Family::V6 => "IPv6",
+    }
+}
+
+fn range(
+    text: Option<&str>,
+    field: &'static str,
+    family: Family,
+) -> Result<Option<Cidr>, ClusterCidrError> {
+    let Some(text) = text else {
+        return Ok(None);
+    };
+    let refused = || ClusterCidrError::Range {
+        field,
+        text: text.to_owned(),
+        family: family_name(family),
+    };
+    // An IPv4-mapped IPv6 range is refused as the CRD's `isCIDR` refuses it.
+    let cidr = Cidr::parse(text).map_err(|_| refused())?;
+    if cidr.family() != family || (family == Family::V6 && text.contains('.')) {
+        return Err(refused());
+    }
+    Ok(Some(cidr))
+}
+
+impl ClusterCidrPool {
+    /// Checks `object` as the CRD's rules do (a controller does not trust that the installed CRD
+    /// is ours): ranges canonical and of their family, at least one, `perNodeHostBits` at least 4
+    /// and cutting each range into 1 ..= 2^24 blocks, node selector requirements well formed.
+    ///
+    /// # Errors
+    /// The first broken rule, as a [`ClusterCidrError`].
+    pub fn from_object(object: &ClusterCidrObject) -> Result<ClusterCidrPool, ClusterCidrError> {
+        let spec = &object.spec;
+        let ipv4 = range(spec.ipv4.as_deref(), "ipv4", Family::V4)?;
+        let ipv6 = range(spec.ipv6.as_deref(), "ipv6", Family::V6)?;
+        if ipv4.is_none() && ipv6.is_none() {
+            return Err(ClusterCidrError::NoRange);
+        }
+        let host_bits = spec.per_node_host_bits;
+        for (field, cidr) in [("ipv4", ipv4), ("ipv6", ipv6)] {
+            let Some(cidr) = cidr else { continue };
+            let range_host_bits = i64::from(cidr.family().max_prefix_len() - cidr.prefix_len());
+            if host_bits < 4 || host_bits > range_host_bits || range_host_bits - host_bits > 24 {
+                return Err(ClusterCidrError::HostBits {
+                    host_bits,
+                    field,
+                    range: cidr,
+                });
+            }
+        }
+        let terms = match &spec.node_selector {
+            None => None,
+            Some(selector) => Some(
+                selector
+                    .node_selector_terms
+                    .iter()
+                    .map(|term| {
+                        let labels = term.match_expressions.iter().flatten();
+                        let fields = term.match_fields.iter().flatten();
+                        labels
+                            .map(Requirement::of_label)
+                            .chain(fields.map(Requirement::of_field))
+                            .collect::<Result<Vec<_>, _>>()
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(ClusterCidrError::Selector)?,
+            ),
+        };
+        Ok(ClusterCidrPool {
+            name: object.metadata.name.clone().unwrap_or_default(),
+            ipv4,
+            ipv6,
+            // Checked above: 4 ..= 128.
+            per_node_host_bits: u8::try_from(host_bits).unwrap_or(u8::MAX),
+            deleting: object.metadata.deletion_timestamp.is_some(),
+            terms,
+        })
+    }
+
+    /// The range of `family`, if the pool has one.
+    pub fn range_of(&self, family: Family) -> Option<Cidr> {
+        match family {
+            Family::V4 => self.ipv4,
+            Family::V6 => self.ipv6,
+        }
+    }
+
+    /// The node CIDR mask size (prefix length, bits) of its blocks in `range`.
+    pub fn node_mask_size(&self, range: Cidr) -> u8 {
+        range
+            .family()
+            .max_prefix_len()
+            .saturating_sub(self.per_node_host_bits)
+    }
+
+    /// Blocks in all: the smaller of its families' block counts (KEP-2593's "max allocatable").
+    pub fn block_count(&self) -> u32 {
+        [self.ipv4, self.ipv6]
+            .into_iter()
+            .flatten()
+            .map(|range| {
+                let bits = self
+                    .node_mask_size(range)
+                    .saturating_sub(range.prefix_len());
+                1u32 << bits.min(24)
+            })
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Whether it has a node selector (otherwise it is a fallback pool).
+    pub fn has_selector(&self) -> bool {
+        self.terms.is_some()
+    }
+
+    /// How many requirements of its selector the Node (`labels`, `node_name`) meets, counting
+    /// the matching term with the most; `None` when no term matches or it has no selector.
+    pub fn matching_requirements(
+        &self,
+        labels: &BTreeMap<String, String>,
+        node_name: &str,
+    ) -> Option<usize> {
+        self.terms
+            .as_ref()?
+            .iter()
+            .filter(|term| !term.is_empty() && term.iter().all(|r| r.holds(labels, node_name)))
+            .map(Vec::len)
+            .max()
+    }
+
+    /// KEP-2593's tie-breaks after the matching count: fewest blocks, smaller blocks, then name.
+    fn tie_break(&self) -> (u32, u8, &str) {
+        (self.block_count(), self.per_node_host_bits, &self.name)
+    }
+}
+
+/// One pool in a Node's [`serving_order`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolChoice<'a> {
+    /// A ClusterCIDR.
+    ClusterCidr(&'a ClusterCidrPool),
+    /// The flag CIDRs (`--cluster-cidr`), the first fallback.
+    Flags,
+}
+
+/// The pools to try for a Node without podCIDRs, in KEP-2593's order (see the module docs): the
+/// ClusterCIDRs whose selector matches it, then the flag CIDRs, then the ClusterCIDRs without a
+/// selector. Pools being deleted are left out. The caller takes the first that has a block in
+/// every family it serves (all or nothing within one pool).
+pub fn serving_order<'a>(
+    pools: &'a [ClusterCidrPool],
+    labels: &BTreeMap<String, String>,
+    node_name: &str,
+) -> Vec<PoolChoice<'a>> {
+    let live = || pools.iter().filter(|p| !p.deleting);
+    let mut selecting: Vec<(usize, &ClusterCidrPool)> = live()
+        .filter_map(|p| Some((p.matching_requirements(labels, node_name)?, p)))
+        .collect();
+    selecting.sort_by(|(a_count, a), (b_count, b)| {
+        b_count
+            .cmp(a_count)
+            .then_with(|| a.tie_break().cmp(&b.tie_break()))
+    });
+    let mut fallback: Vec<&ClusterCidrPool> = live().filter(|p| !p.has_selector()).collect();
+    fallback.sort_by(|a, b| a.tie_break().cmp(&b.tie_break()));
+    selecting
+        .into_iter()
+        .map(|(_, p)| PoolChoice::ClusterCidr(p))
+        .chain(std::iter::once(PoolChoice::Flags))
+        .chain(fallback.into_iter().map(PoolChoice::ClusterCidr))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;
