@@ -389,5 +389,7 @@ pub fn serving_order<'a>(
         .collect()
 }
 
+pub mod status;
+
 #[cfg(test)]
 mod tests;
