@@ -1,5 +1,6 @@
-//! Allocator benchmarks, workloads W1–W5 of the allocation-core issue and W6 (pool ranges of a
-//! shared set, issue 18). Results in BENCHMARKS.md.
+//! Allocator benchmarks, workloads W1–W5 of the allocation-core issue, W6 (pool ranges of a
+//! shared set, issue 18) and W7 (several cluster CIDRs per family, issue 18 §1). Results in
+//! BENCHMARKS.md.
 //!
 //! Run: `cargo bench -p nodeipam-core --bench allocator`
 //!
@@ -10,7 +11,9 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use nodeipam_core::{BlockRequest, Cidr, CidrSet, Placement, PoolRange, storage_words_for};
+use nodeipam_core::{
+    BlockRequest, Cidr, CidrSet, MAX_CLUSTER_CIDRS, Placement, Pool, PoolRange, storage_words_for,
+};
 
 struct SplitMix64 {
     state: u64,
@@ -272,7 +275,73 @@ fn bench(c: &mut Criterion) {
             BatchSize::LargeInput,
         )
     });
+    several_cluster_cidrs(&mut group);
     group.finish();
+}
+
+/// W7: several cluster CIDRs of one family (issue 18 §1), through `Pool` as the controller
+/// calls it (one request per family).
+fn several_cluster_cidrs(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+) {
+    type Sets = Pool<Vec<u64>, MAX_CLUSTER_CIDRS>;
+    let one_block = [BlockRequest {
+        prefix_len: 24,
+        placement: Placement::NextFromCursor,
+    }];
+    // W7a: W1 through a pool of one set (the baseline of W7b).
+    group.throughput(Throughput::Elements(65_536));
+    group.bench_function("W7a_pool_fill_ipv4_65536_one_set", |b| {
+        b.iter_batched_ref(
+            || Sets::from_sets([new_set("10.0.0.0/8", 24)]).expect("pool"),
+            |pool| {
+                for _ in 0..65_536 {
+                    black_box(pool.allocate_node_blocks(&one_block).ok());
+                }
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    // W7b: the same 65,536 blocks from a second set, the first (65,536 blocks) full.
+    group.bench_function("W7b_pool_fill_second_of_two_first_full", |b| {
+        b.iter_batched_ref(
+            || {
+                Sets::from_sets([full_set("10.0.0.0/8", 24), new_set("11.0.0.0/8", 24)])
+                    .expect("pool")
+            },
+            |pool| {
+                for _ in 0..65_536 {
+                    black_box(pool.allocate_node_blocks(&one_block).ok());
+                }
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    // W7c: the worst case of the order rule: the first set (a /8 on a /26 grid, 262,144 blocks)
+    // has every other /26 free, so no /25 anywhere; 16,384 /25 requests (first fit) each search
+    // the whole first set before the second serves them.
+    let mut fragmented = new_set("10.0.0.0/8", 26);
+    let mut index = 0u32;
+    while let Ok(cidr) = fragmented.block_cidr(index) {
+        let _ = fragmented.occupy(cidr);
+        index += 2;
+    }
+    let big = [BlockRequest {
+        prefix_len: 25,
+        placement: Placement::FirstFit,
+    }];
+    group.throughput(Throughput::Elements(16_384));
+    group.bench_function("W7c_pool_16384_25s_past_a_fragmented_first_set", |b| {
+        b.iter_batched_ref(
+            || Sets::from_sets([fragmented.clone(), new_set("11.0.0.0/8", 26)]).expect("pool"),
+            |pool| {
+                for _ in 0..16_384 {
+                    black_box(pool.allocate_node_blocks(&big).ok());
+                }
+            },
+            BatchSize::LargeInput,
+        )
+    });
 }
 
 criterion_group!(benches, bench);

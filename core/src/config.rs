@@ -1,7 +1,17 @@
 //! Validation of kube-controller-manager's node IPAM flags: `--cluster-cidr`,
 //! `--node-cidr-mask-size[-ipv4|-ipv6]` and `--service-cluster-ip-range`.
 //!
-//! Pure functions over the flag text; no allocation (`heapless::Vec` of at most 2 entries).
+//! Pure functions over the flag text; no allocation (`heapless::Vec`s: at most
+//! [`MAX_CLUSTER_CIDRS`] cluster CIDRs, at most 2 service CIDRs).
+//!
+//! Where we differ from kube-controller-manager: `--cluster-cidr` may list several CIDRs per
+//! family (kcm refuses more than one per family). They are used in the order given, a later one
+//! only when the earlier ones of its family are full ([`crate::Pool::allocate_node_blocks`]);
+//! CIDRs of one family must not overlap. The family of the first entry is the family of every
+//! Node's `spec.podCIDR`. The node mask size flags apply per family, to every CIDR of it, with
+//! kcm's rules: dual-stack (both families present, however many CIDRs each) refuses
+//! `--node-cidr-mask-size` and reads `--node-cidr-mask-size-ipv4` / `-ipv6`; single-stack (one
+//! family) reads `--node-cidr-mask-size` or its own family's flag.
 
 use core::fmt;
 
@@ -15,6 +25,11 @@ use crate::error::CidrError;
 pub const DEFAULT_NODE_MASK_SIZE_IPV4: u8 = 24;
 /// Default node CIDR mask size for IPv6 cluster CIDRs, in bits (kube-controller-manager: 64).
 pub const DEFAULT_NODE_MASK_SIZE_IPV6: u8 = 64;
+
+/// The most `--cluster-cidr` entries accepted, both families together (e.g. 4 IPv4 and 4 IPv6, or
+/// 7 IPv4 and 1 IPv6). A fixed capacity because the core does not allocate: the configuration and
+/// the shell's [`crate::Pool`] hold at most this many sets. kube-controller-manager accepts 2.
+pub const MAX_CLUSTER_CIDRS: usize = 8;
 
 /// `::ffff:0:0/96`, the IPv4-mapped IPv6 range (RFC 4291 §2.5.5.2).
 const IPV4_MAPPED: Cidr = Cidr::from_parts(Family::V6, 0xffff_0000_0000, 96);
@@ -59,16 +74,20 @@ impl ClusterCidrConfig {
 /// A validated node IPAM configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IpamConfig {
-    /// One or two cluster CIDRs, flag order (the first is the family of `spec.podCIDR`).
-    pub cluster_cidrs: Vec<ClusterCidrConfig, 2>,
+    /// 1 ..= [`MAX_CLUSTER_CIDRS`] cluster CIDRs, flag order (the first is the family of
+    /// `spec.podCIDR`; within a family, the order they are used in). No two overlap.
+    pub cluster_cidrs: Vec<ClusterCidrConfig, MAX_CLUSTER_CIDRS>,
     /// Zero, one or two service CIDRs (different families), host bits cleared.
     pub service_cidrs: Vec<Cidr, 2>,
 }
 
 impl IpamConfig {
-    /// Whether two cluster CIDRs (one per family) are configured.
+    /// Whether cluster CIDRs of both families are configured.
     pub fn is_dual_stack(&self) -> bool {
-        self.cluster_cidrs.len() == 2
+        let first = self.cluster_cidrs.first().map(|c| c.cluster_cidr.family());
+        self.cluster_cidrs
+            .iter()
+            .any(|c| Some(c.cluster_cidr.family()) != first)
     }
 }
 
@@ -92,15 +111,21 @@ pub enum ConfigError {
         /// 0-based position in the comma list.
         index: u8,
     },
-    /// More than two `--cluster-cidr` entries.
+    /// More than [`MAX_CLUSTER_CIDRS`] `--cluster-cidr` entries.
     TooManyClusterCidrs {
         /// How many were given.
         count: usize,
     },
-    /// Two `--cluster-cidr` entries of the same family.
-    ClusterCidrsNotDualStack {
-        /// The family both have.
-        family: Family,
+    /// Two `--cluster-cidr` entries overlap (they are necessarily of one family).
+    ClusterCidrsOverlap {
+        /// 0-based position of the earlier entry in the comma list.
+        first_index: u8,
+        /// The earlier entry (host bits cleared).
+        first: Cidr,
+        /// 0-based position of the later entry.
+        second_index: u8,
+        /// The later entry (host bits cleared).
+        second: Cidr,
     },
     /// `--node-cidr-mask-size` with two cluster CIDRs.
     SingleMaskWithDualStack,
@@ -172,11 +197,18 @@ impl fmt::Display for ConfigError {
             ),
             ConfigError::TooManyClusterCidrs { count } => write!(
                 f,
-                "--cluster-cidr has {count} entries; at most 2 are allowed (one IPv4 and one IPv6)"
+                "--cluster-cidr has {count} entries; at most {MAX_CLUSTER_CIDRS} are allowed (IPv4 and IPv6 together)"
             ),
-            ConfigError::ClusterCidrsNotDualStack { family } => write!(
+            ConfigError::ClusterCidrsOverlap {
+                first_index,
+                first,
+                second_index,
+                second,
+            } => write!(
                 f,
-                "--cluster-cidr has two {family} entries; a dual-stack cluster needs one IPv4 and one IPv6 CIDR"
+                "--cluster-cidr entries {} ({first}) and {} ({second}) overlap; the CIDRs of a family must be disjoint (each is used in turn, in the order given)",
+                first_index + 1,
+                second_index + 1
             ),
             ConfigError::SingleMaskWithDualStack => f.write_str(
                 "--node-cidr-mask-size is not allowed with a dual-stack --cluster-cidr; use --node-cidr-mask-size-ipv4 and --node-cidr-mask-size-ipv6",
@@ -270,9 +302,9 @@ impl core::error::Error for ConfigError {}
 /// count itself was fine.
 type ListError = (usize, Option<(u8, CidrError)>);
 
-fn parse_cidr_list(text: &str) -> Result<Vec<(Cidr, bool), 2>, ListError> {
+fn parse_cidr_list<const N: usize>(text: &str) -> Result<Vec<(Cidr, bool), N>, ListError> {
     let count = text.split(',').count();
-    if count > 2 {
+    if count > N {
         return Err((count, None));
     }
     let mut out = Vec::new();
@@ -287,13 +319,18 @@ fn parse_cidr_list(text: &str) -> Result<Vec<(Cidr, bool), 2>, ListError> {
     Ok(out)
 }
 
-/// Validates `--cluster-cidr` (comma list): 1 or 2 CIDRs; two must be one IPv4 and one IPv6
-/// (kube-controller-manager's rule). Host bits are cleared and reported per entry.
+/// Validates `--cluster-cidr` (comma list): 1 ..= [`MAX_CLUSTER_CIDRS`] CIDRs of either family,
+/// no two overlapping (kube-controller-manager takes at most one per family; see the module
+/// docs). Host bits are cleared and reported per entry.
 ///
 /// # Errors
 /// [`ConfigError::ClusterCidrMissing`], [`ConfigError::ClusterCidrInvalid`],
-/// [`ConfigError::TooManyClusterCidrs`], [`ConfigError::ClusterCidrsNotDualStack`].
-pub fn parse_cluster_cidrs(text: &str) -> Result<Vec<(Cidr, bool), 2>, ConfigError> {
+/// [`ConfigError::TooManyClusterCidrs`], [`ConfigError::ClusterCidrIpv4Mapped`],
+/// [`ConfigError::ClusterCidrsOverlap`] (the first overlapping pair, by the later entry's
+/// position).
+pub fn parse_cluster_cidrs(
+    text: &str,
+) -> Result<Vec<(Cidr, bool), MAX_CLUSTER_CIDRS>, ConfigError> {
     if text.trim().is_empty() {
         return Err(ConfigError::ClusterCidrMissing);
     }
@@ -306,10 +343,18 @@ pub fn parse_cluster_cidrs(text: &str) -> Result<Vec<(Cidr, bool), 2>, ConfigErr
             return Err(ConfigError::ClusterCidrIpv4Mapped { index: index as u8 });
         }
     }
-    if let [(a, _), (b, _)] = list.as_slice()
-        && a.family() == b.family()
-    {
-        return Err(ConfigError::ClusterCidrsNotDualStack { family: a.family() });
+    for (second_index, (second, _)) in list.iter().enumerate() {
+        let earlier = list.iter().take(second_index).enumerate();
+        if let Some((first_index, (first, _))) =
+            earlier.into_iter().find(|(_, (c, _))| c.overlaps(second))
+        {
+            return Err(ConfigError::ClusterCidrsOverlap {
+                first_index: first_index as u8,
+                first: *first,
+                second_index: second_index as u8,
+                second: *second,
+            });
+        }
     }
     Ok(list)
 }
@@ -324,7 +369,7 @@ pub fn parse_service_cidrs(text: &str) -> Result<Vec<Cidr, 2>, ConfigError> {
     if text.trim().is_empty() {
         return Ok(Vec::new());
     }
-    let list = parse_cidr_list(text).map_err(|(count, error)| match error {
+    let list = parse_cidr_list::<2>(text).map_err(|(count, error)| match error {
         Some((index, error)) => ConfigError::ServiceCidrInvalid { index, error },
         None => ConfigError::TooManyServiceCidrs { count },
     })?;
@@ -343,8 +388,9 @@ pub fn parse_service_cidrs(text: &str) -> Result<Vec<Cidr, 2>, ConfigError> {
 /// Picks the node mask size for each cluster CIDR from the flags, exactly as kube-controller-manager's
 /// `setNodeCIDRMaskSizes` does: dual-stack rejects `--node-cidr-mask-size` and uses the per-family
 /// flags (defaults 24 and 64); single-stack uses `--node-cidr-mask-size`, or the flag of its own
-/// family, and rejects the other family's flag or a mix. Then checks each size against its cluster
-/// CIDR: cluster prefix ≤ mask ≤ 32/128 and at most 2^24 blocks.
+/// family, and rejects the other family's flag or a mix. Dual-stack means both families present
+/// (however many CIDRs each); a family's size applies to every CIDR of it. Then checks each size
+/// against its cluster CIDR: cluster prefix ≤ mask ≤ 32/128 and at most 2^24 blocks.
 ///
 /// Returns `(mask size, flag that set it)` per cluster CIDR, in the same order.
 ///
@@ -355,12 +401,15 @@ pub fn parse_service_cidrs(text: &str) -> Result<Vec<Cidr, 2>, ConfigError> {
 pub fn resolve_node_mask_sizes(
     cluster_cidrs: &[Cidr],
     flags: NodeMaskFlags,
-) -> Result<Vec<(u8, &'static str), 2>, ConfigError> {
+) -> Result<Vec<(u8, &'static str), MAX_CLUSTER_CIDRS>, ConfigError> {
     let given = |v: Option<u8>| v.filter(|&m| m != 0);
     let single = given(flags.node_cidr_mask_size);
     let v4 = given(flags.node_cidr_mask_size_ipv4);
     let v6 = given(flags.node_cidr_mask_size_ipv6);
-    let dual_stack = cluster_cidrs.len() > 1;
+    let first_family = cluster_cidrs.first().map(Cidr::family);
+    let dual_stack = cluster_cidrs
+        .iter()
+        .any(|c| Some(c.family()) != first_family);
     // (size, flag that set it or is to be set, whether the default applied)
     let mut v4_choice = (
         DEFAULT_NODE_MASK_SIZE_IPV4,
@@ -383,7 +432,7 @@ pub fn resolve_node_mask_sizes(
             v6_choice = (m, v6_choice.1, false);
         }
     } else {
-        let single_family = cluster_cidrs.first().map(Cidr::family);
+        let single_family = first_family;
         // Single-stack, the flag to name for a default is the generic one.
         v4_choice.1 = "--node-cidr-mask-size";
         v6_choice.1 = "--node-cidr-mask-size";
@@ -413,7 +462,7 @@ pub fn resolve_node_mask_sizes(
         }
     }
     let mut out = Vec::new();
-    for cluster_cidr in cluster_cidrs.iter().take(2) {
+    for cluster_cidr in cluster_cidrs.iter().take(MAX_CLUSTER_CIDRS) {
         let (node_mask_size, flag, defaulted) = match cluster_cidr.family() {
             Family::V4 => v4_choice,
             Family::V6 => v6_choice,
@@ -453,7 +502,7 @@ pub fn validate(
     mask_flags: NodeMaskFlags,
 ) -> Result<IpamConfig, ConfigError> {
     let clusters = parse_cluster_cidrs(cluster_cidr_flag)?;
-    let mut cidrs: Vec<Cidr, 2> = Vec::new();
+    let mut cidrs: Vec<Cidr, MAX_CLUSTER_CIDRS> = Vec::new();
     for (cidr, _) in &clusters {
         let _ = cidrs.push(*cidr);
     }
@@ -583,18 +632,36 @@ mod tests {
                 "--cluster-cidr entry 2",
             ),
             (
+                // Two of one family are accepted now (kcm refuses them), but not overlapping.
                 "10.0.0.0/8,10.1.0.0/16",
                 "",
                 flags(None, None, None),
-                ConfigError::ClusterCidrsNotDualStack { family: Family::V4 },
-                "--cluster-cidr",
+                ConfigError::ClusterCidrsOverlap {
+                    first_index: 0,
+                    first: Cidr::parse("10.0.0.0/8").unwrap(),
+                    second_index: 1,
+                    second: Cidr::parse("10.1.0.0/16").unwrap(),
+                },
+                "--cluster-cidr entries 1 (10.0.0.0/8) and 2 (10.1.0.0/16) overlap",
             ),
             (
-                "10.0.0.0/8,fd00::/48,10.1.0.0/16",
+                "10.244.0.0/16,fd00::/48,10.245.0.0/16,fd00:0:1::/48,10.244.128.1/17",
                 "",
                 flags(None, None, None),
-                ConfigError::TooManyClusterCidrs { count: 3 },
-                "--cluster-cidr",
+                ConfigError::ClusterCidrsOverlap {
+                    first_index: 0,
+                    first: Cidr::parse("10.244.0.0/16").unwrap(),
+                    second_index: 4,
+                    second: Cidr::parse("10.244.128.0/17").unwrap(),
+                },
+                "--cluster-cidr entries 1 (10.244.0.0/16) and 5 (10.244.128.0/17) overlap",
+            ),
+            (
+                "10.0.0.0/16,10.1.0.0/16,10.2.0.0/16,10.3.0.0/16,10.4.0.0/16,10.5.0.0/16,10.6.0.0/16,10.7.0.0/16,fd00::/48",
+                "",
+                flags(None, None, None),
+                ConfigError::TooManyClusterCidrs { count: 9 },
+                "--cluster-cidr has 9 entries; at most 8 are allowed",
             ),
             (
                 "10.0.0.0/16",
@@ -693,6 +760,73 @@ mod tests {
             message("fd00::/48", flags(Some(100), None, None)),
             "--node-cidr-mask-size=100 cuts --cluster-cidr fd00::/48 into 2^52 node CIDRs; at most 2^24 are supported: set --node-cidr-mask-size between 48 and 72"
         );
+    }
+
+    /// Several CIDRs per family (issue 18 §1): accepted up to [`MAX_CLUSTER_CIDRS`] in all, flag
+    /// order kept; the family's mask flag applies to each of its CIDRs; dual-stack (both
+    /// families, however many CIDRs each) keeps kcm's mask rules.
+    #[test]
+    fn several_cluster_cidrs_per_family() {
+        let none = flags(None, None, None);
+        let config = validate("10.244.0.0/16,10.245.0.0/16,fd00:10::/56", "", none).unwrap();
+        let clusters: std::vec::Vec<std::string::String> = config
+            .cluster_cidrs
+            .iter()
+            .map(|c| c.cluster_cidr.to_string())
+            .collect();
+        assert_eq!(clusters, ["10.244.0.0/16", "10.245.0.0/16", "fd00:10::/56"]);
+        assert!(config.is_dual_stack());
+        assert_eq!(
+            masks("10.244.0.0/16,10.245.0.0/16,fd00:10::/56", none),
+            Ok([24, 24, 64].into())
+        );
+        assert_eq!(
+            masks(
+                "10.244.0.0/16,fd00:10::/56,10.245.0.0/16",
+                flags(None, Some(26), Some(80))
+            ),
+            Ok([26, 80, 26].into())
+        );
+        // Two IPv4 CIDRs are single-stack: --node-cidr-mask-size applies to both.
+        let single = validate(
+            "10.244.0.0/16,10.245.0.0/20",
+            "",
+            flags(Some(26), None, None),
+        )
+        .unwrap();
+        assert!(!single.is_dual_stack());
+        assert_eq!(
+            single
+                .cluster_cidrs
+                .iter()
+                .map(|c| c.node_mask_size)
+                .collect::<std::vec::Vec<_>>(),
+            [26, 26]
+        );
+        assert_eq!(
+            masks(
+                "10.244.0.0/16,10.245.0.0/16,fd00:10::/56",
+                flags(Some(24), None, None)
+            ),
+            Err(ConfigError::SingleMaskWithDualStack)
+        );
+        // A family's size must fit each of its CIDRs: the one it does not fit is named.
+        assert_eq!(
+            masks("10.244.0.0/16,10.245.0.0/26", none),
+            Err(ConfigError::NodeMaskSizeOutOfRange {
+                flag: "--node-cidr-mask-size",
+                defaulted: true,
+                node_mask_size: 24,
+                cluster_cidr: Cidr::parse("10.245.0.0/26").unwrap(),
+            })
+        );
+        let eight = "10.0.0.0/16,10.1.0.0/16,10.2.0.0/16,10.3.0.0/16,fd00:0::/56,fd00:1::/56,fd00:2::/56,fd00:3::/56";
+        assert_eq!(
+            validate(eight, "", none).unwrap().cluster_cidrs.len(),
+            MAX_CLUSTER_CIDRS
+        );
+        // Adjacent CIDRs touch but do not overlap.
+        assert!(validate("10.244.0.0/16,10.245.0.0/16", "", none).is_ok());
     }
 
     #[test]

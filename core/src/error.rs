@@ -126,26 +126,69 @@ pub enum AllocError {
         /// The node CIDR mask size (prefix length, bits).
         node_mask_size: u8,
     },
-    /// More than two podCIDRs, or more than two cluster CIDRs, were given.
+    /// More than two podCIDRs were given (a node has at most one per family).
     TooManyCidrs {
         /// How many were given.
         count: usize,
     },
-    /// Two podCIDRs (or two cluster CIDRs) of the same family were given; a node has at most one
-    /// per family.
+    /// Two podCIDRs of the same family were given (a node has at most one per family), or
+    /// [`crate::Pool::new`] was given two sets of one family.
     DuplicateFamily {
         /// The family given twice.
         family: Family,
     },
     /// No cluster CIDR was given to a pool.
     NoClusterCidr,
-    /// A pool was asked for a different number of blocks than it has cluster CIDRs
-    /// ([`crate::Pool::allocate_node_blocks`] takes one request per set, flag order).
+    /// A pool was asked for a different number of blocks than it has address families
+    /// ([`crate::Pool::allocate_node_blocks`] takes one request per family, in the order of
+    /// [`crate::Pool::families`]).
     RequestCountMismatch {
         /// Requests given.
         requests: usize,
-        /// Cluster CIDRs (sets) in the pool.
+        /// Address families of the pool (1 or 2): its set count when each family has one
+        /// cluster CIDR.
         sets: usize,
+    },
+    /// A pool was given more cluster CIDRs than its capacity ([`crate::Pool::from_sets`]).
+    TooManyClusterCidrs {
+        /// How many were given.
+        count: usize,
+        /// The pool's capacity (its `N`).
+        max: usize,
+    },
+    /// Two cluster CIDRs of a pool overlap ([`crate::Pool::from_sets`]): every address must
+    /// belong to one set only.
+    ClusterCidrsOverlap {
+        /// The earlier one (flag order).
+        first: Cidr,
+        /// The later one.
+        second: Cidr,
+    },
+    /// Several cluster CIDRs of `family` are configured and none has a free block of the size
+    /// asked for (with one cluster CIDR in the family, [`AllocError::Exhausted`] is returned
+    /// instead).
+    ClusterCidrsExhausted {
+        /// The family.
+        family: Family,
+        /// Its first cluster CIDR (flag order).
+        first: Cidr,
+        /// Its last cluster CIDR (flag order).
+        last: Cidr,
+        /// How many cluster CIDRs the family has (2 or more).
+        count: u8,
+    },
+    /// Several cluster CIDRs of the CIDR's family are configured and the CIDR shares no address
+    /// with any of them (with one cluster CIDR in the family, [`AllocError::OutOfRange`] is
+    /// returned instead).
+    OutsideClusterCidrs {
+        /// The CIDR asked for.
+        cidr: Cidr,
+        /// The family's first cluster CIDR (flag order).
+        first: Cidr,
+        /// The family's last cluster CIDR (flag order).
+        last: Cidr,
+        /// How many cluster CIDRs the family has (2 or more).
+        count: u8,
     },
     /// A block was requested within a pool's range with a prefix shorter than the range's: the
     /// block would not fit inside the range ([`crate::CidrSet::find_block_within`]).
@@ -242,17 +285,13 @@ impl fmt::Display for AllocError {
                     "{count} CIDRs given; at most 2 (one IPv4, one IPv6) are allowed"
                 )
             }
-            AllocError::DuplicateFamily { family } => {
-                write!(
-                    f,
-                    "two {family} CIDRs given; at most one per family is allowed"
-                )
-            }
-            AllocError::NoClusterCidr => f.write_str("no cluster CIDR configured"),
-            AllocError::RequestCountMismatch { requests, sets } => write!(
-                f,
-                "{requests} block requests given for {sets} cluster CIDRs; give one per cluster CIDR"
-            ),
+            AllocError::DuplicateFamily { .. }
+            | AllocError::NoClusterCidr
+            | AllocError::RequestCountMismatch { .. }
+            | AllocError::TooManyClusterCidrs { .. }
+            | AllocError::ClusterCidrsOverlap { .. }
+            | AllocError::ClusterCidrsExhausted { .. }
+            | AllocError::OutsideClusterCidrs { .. } => self.fmt_cluster_cidrs(f),
             AllocError::BlockLargerThanRange { prefix_len, range } => write!(
                 f,
                 "a /{prefix_len} block does not fit inside range {range}: the block's prefix must be at least /{}",
@@ -269,6 +308,54 @@ impl fmt::Display for AllocError {
                 f,
                 "service CIDR {service_cidr} covers every free block of cluster CIDR {cluster_cidr}: no pod CIDR could ever be allocated"
             ),
+        }
+    }
+}
+
+impl AllocError {
+    /// `Display` of the errors about a pool's sets (how many, which family serves, issue 18 §1).
+    fn fmt_cluster_cidrs(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // "," between two CIDRs, " …" between the first and the last of more.
+        let between = |count: u8| if count == 2 { "," } else { " …" };
+        match self {
+            AllocError::DuplicateFamily { family } => write!(
+                f,
+                "two {family} CIDRs given; at most one per family is allowed"
+            ),
+            AllocError::NoClusterCidr => f.write_str("no cluster CIDR configured"),
+            AllocError::RequestCountMismatch { requests, sets } => write!(
+                f,
+                "{requests} block requests given for a pool of {sets} address families; give one per family"
+            ),
+            AllocError::TooManyClusterCidrs { count, max } => {
+                write!(f, "{count} cluster CIDRs given; a pool holds at most {max}")
+            }
+            AllocError::ClusterCidrsOverlap { first, second } => write!(
+                f,
+                "cluster CIDRs {first} and {second} overlap; each address may belong to one cluster CIDR only"
+            ),
+            AllocError::ClusterCidrsExhausted {
+                family,
+                first,
+                last,
+                count,
+            } => write!(
+                f,
+                "no free pod CIDR left in any of the {count} {family} cluster CIDRs ({first}{} {last})",
+                between(*count)
+            ),
+            AllocError::OutsideClusterCidrs {
+                cidr,
+                first,
+                last,
+                count,
+            } => write!(
+                f,
+                "{cidr} is outside all {count} {} cluster CIDRs ({first}{} {last})",
+                cidr.family(),
+                between(*count)
+            ),
+            _ => Ok(()),
         }
     }
 }

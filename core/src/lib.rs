@@ -37,7 +37,7 @@ pub use cidr_set::{
 };
 pub use config::{
     ClusterCidrConfig, ConfigError, DEFAULT_NODE_MASK_SIZE_IPV4, DEFAULT_NODE_MASK_SIZE_IPV6,
-    IpamConfig, NodeMaskFlags,
+    IpamConfig, MAX_CLUSTER_CIDRS, NodeMaskFlags,
 };
 pub use error::{AllocError, CidrError};
 pub use pool::{NodeAllocation, NodeBlocks, Pool};

@@ -1,4 +1,10 @@
 //! `Pool`: the allocator over all cluster CIDRs (one [`CidrSet`] per cluster CIDR, flag order).
+//!
+//! A family may have several cluster CIDRs (`--cluster-cidr=10.244.0.0/16,10.245.0.0/16,…`): they
+//! are used in flag order, a block coming from a later one only when every earlier one of the
+//! family has no free block of the size asked for. Dual-stack stays all or nothing across the
+//! families. With one cluster CIDR per family every method behaves as kube-controller-manager's
+//! range allocator (one `CidrSet` per family).
 
 use heapless::Vec;
 
@@ -6,29 +12,34 @@ use crate::cidr::{Cidr, Family};
 use crate::cidr_set::{Allocation, BlockAllocation, BlockRequest, CidrSet};
 use crate::error::AllocError;
 
-/// The pod CIDRs allocated to one node: one [`Allocation`] per cluster CIDR, in the configured
-/// (flag) order, so `allocations[0].cidr` is the node's `spec.podCIDR`.
+/// The pod CIDRs allocated to one node: one [`Allocation`] per address family, in the order of
+/// [`Pool::families`] (the first cluster CIDR's family first), so `allocations[0].cidr` is the
+/// node's `spec.podCIDR`.
 pub type NodeAllocation = Vec<Allocation, 2>;
 
 /// The pod CIDRs allocated to one node by [`Pool::allocate_node_blocks`]: one [`BlockAllocation`]
-/// per cluster CIDR, flag order.
+/// per address family, in the order of [`Pool::families`].
 pub type NodeBlocks = Vec<BlockAllocation, 2>;
 
-/// The allocator for a whole cluster: one [`CidrSet`] per cluster CIDR — one for single-stack, one
-/// IPv4 plus one IPv6 (either order) for dual-stack.
+/// The allocator for a whole cluster: one [`CidrSet`] per cluster CIDR, flag order, at most `N`
+/// (a compile-time capacity, as `heapless::Vec`'s: the sets live inline, so an edge agent with
+/// array storage pays only for the sets it can hold). The default `N = 2` is one IPv4 plus one
+/// IPv6 cluster CIDR (kube-controller-manager's limit); [`Pool::from_sets`] takes several per
+/// family, in any `N`.
 ///
 /// Every method is total and a method that returns `Err` changes nothing.
 #[derive(Debug, Clone)]
-pub struct Pool<S> {
-    sets: Vec<CidrSet<S>, 2>,
+pub struct Pool<S, const N: usize = 2> {
+    sets: Vec<CidrSet<S>, N>,
 }
 
-impl<S: AsRef<[u64]> + AsMut<[u64]>> Pool<S> {
-    /// Makes a pool from its sets, in flag order.
+impl<S: AsRef<[u64]> + AsMut<[u64]>> Pool<S, 2> {
+    /// Makes a pool from its sets, in flag order: one set, or one per family (for several per
+    /// family, [`Pool::from_sets`]).
     ///
     /// # Errors
-    /// [`AllocError::NoClusterCidr`] for no set; [`AllocError::DuplicateFamily`] if both sets have
-    /// the same family (a dual-stack cluster has one IPv4 and one IPv6 cluster CIDR).
+    /// [`AllocError::DuplicateFamily`] if both sets have the same family (a dual-stack cluster has
+    /// one IPv4 and one IPv6 cluster CIDR).
     pub fn new(first: CidrSet<S>, second: Option<CidrSet<S>>) -> Result<Self, AllocError> {
         let mut sets = Vec::new();
         if let Some(second) = second {
@@ -45,91 +56,233 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> Pool<S> {
         }
         Ok(Pool { sets })
     }
+}
 
-    /// The sets in flag order (1 or 2).
+impl<S: AsRef<[u64]> + AsMut<[u64]>, const N: usize> Pool<S, N> {
+    /// Makes a pool from its sets in flag order, any number per family up to `N` in all. Within a
+    /// family the sets are used in this order ([`Pool::allocate_node_blocks`]).
+    ///
+    /// `N` must be at least 1 (checked at compile time).
+    ///
+    /// # Errors
+    /// [`AllocError::NoClusterCidr`] for no set; [`AllocError::TooManyClusterCidrs`] for more
+    /// than `N`; [`AllocError::ClusterCidrsOverlap`] naming the first two sets (flag order) that
+    /// share an address.
+    pub fn from_sets(sets: impl IntoIterator<Item = CidrSet<S>>) -> Result<Self, AllocError> {
+        const {
+            assert!(
+                N >= 1,
+                "a Pool must be able to hold at least one cluster CIDR"
+            )
+        };
+        let mut held: Vec<CidrSet<S>, N> = Vec::new();
+        let mut count = 0usize;
+        for set in sets {
+            count += 1;
+            // Past the capacity the rest is only counted (and dropped) for the error.
+            let _ = held.push(set);
+        }
+        if count == 0 {
+            return Err(AllocError::NoClusterCidr);
+        }
+        if count > N {
+            return Err(AllocError::TooManyClusterCidrs { count, max: N });
+        }
+        for (index, later) in held.iter().enumerate() {
+            let later_cidr = later.cluster_cidr();
+            if let Some(earlier) = held
+                .iter()
+                .take(index)
+                .find(|earlier| earlier.cluster_cidr().overlaps(&later_cidr))
+            {
+                return Err(AllocError::ClusterCidrsOverlap {
+                    first: earlier.cluster_cidr(),
+                    second: later_cidr,
+                });
+            }
+        }
+        Ok(Pool { sets: held })
+    }
+
+    /// The sets in flag order (1 ..= `N`).
     pub fn sets(&self) -> &[CidrSet<S>] {
         &self.sets
     }
 
-    /// The set for `family`, if one is configured.
+    /// The first set (flag order) for `family`, if one is configured: with one cluster CIDR per
+    /// family, the family's set.
     pub fn set_for(&self, family: Family) -> Option<&CidrSet<S>> {
+        self.sets_of(family).next()
+    }
+
+    /// The sets of `family`, flag order.
+    pub fn sets_of(&self, family: Family) -> impl Iterator<Item = &CidrSet<S>> {
         self.sets
             .iter()
-            .find(|set| set.cluster_cidr().family() == family)
+            .filter(move |set| set.cluster_cidr().family() == family)
     }
 
-    fn set_for_mut(&mut self, family: Family) -> Option<&mut CidrSet<S>> {
+    /// The index in [`Pool::sets`] of the first set (flag order) that `cidr` shares an address
+    /// with, if any. A podCIDR that lies in a cluster CIDR has exactly one such set (the sets do
+    /// not overlap); a wider one may overlap several.
+    pub fn set_index_of(&self, cidr: Cidr) -> Option<usize> {
         self.sets
-            .iter_mut()
-            .find(|set| set.cluster_cidr().family() == family)
+            .iter()
+            .position(|set| set.block_range(cidr).is_ok())
     }
 
-    /// Whether the pool is dual-stack (two cluster CIDRs).
+    /// The address families of the pool in flag order: the first set's, then the other one's if
+    /// some set has it. [`Pool::allocate_node_blocks`] takes one request per family in this
+    /// order, and a node's podCIDRs come in it.
+    pub fn families(&self) -> Vec<Family, 2> {
+        let mut families: Vec<Family, 2> = Vec::new();
+        for set in &self.sets {
+            let family = set.cluster_cidr().family();
+            if !families.contains(&family) {
+                // Two families exist: the push cannot fail.
+                let _ = families.push(family);
+            }
+        }
+        families
+    }
+
+    /// Whether the pool is dual-stack (cluster CIDRs of both families).
     pub fn is_dual_stack(&self) -> bool {
-        self.sets.len() == 2
+        self.families().len() == 2
     }
 
-    /// Allocates one block from every set, in flag order (round-robin within each set, as
-    /// [`CidrSet::allocate_next`]). All or nothing: if any set is exhausted, no set changes.
-    /// (Upstream's range allocator, on the second family's failure, releases the first block into
-    /// the wrong set and leaks it; we check every set before touching any.)
+    /// The error for `family` having no set with room: [`AllocError::Exhausted`] naming its one
+    /// cluster CIDR, or [`AllocError::ClusterCidrsExhausted`] for several.
+    fn family_exhausted(&self, family: Family) -> AllocError {
+        let mut sets = self.sets_of(family);
+        let Some(first) = sets.next() else {
+            return AllocError::NoClusterCidr;
+        };
+        let (count, last) = sets.fold((1u8, first), |(n, _), set| (n.saturating_add(1), set));
+        if count == 1 {
+            AllocError::Exhausted {
+                cluster_cidr: first.cluster_cidr(),
+            }
+        } else {
+            AllocError::ClusterCidrsExhausted {
+                family,
+                first: first.cluster_cidr(),
+                last: last.cluster_cidr(),
+                count,
+            }
+        }
+    }
+
+    /// The error for `cidr` overlapping no set of its family: [`AllocError::NoClusterCidrForFamily`]
+    /// without one, [`AllocError::OutOfRange`] naming the family's one cluster CIDR, or
+    /// [`AllocError::OutsideClusterCidrs`] for several.
+    fn outside(&self, cidr: Cidr) -> AllocError {
+        match self.family_exhausted(cidr.family()) {
+            AllocError::Exhausted { cluster_cidr } => AllocError::OutOfRange { cidr, cluster_cidr },
+            AllocError::ClusterCidrsExhausted {
+                first, last, count, ..
+            } => AllocError::OutsideClusterCidrs {
+                cidr,
+                first,
+                last,
+                count,
+            },
+            _ => AllocError::NoClusterCidrForFamily { cidr },
+        }
+    }
+
+    /// Allocates one block per family, in the order of [`Pool::families`]: from the family's
+    /// first set (flag order) that has a free block, round-robin within it as
+    /// [`CidrSet::allocate_next`]. All or nothing: if any family has no free block, no set
+    /// changes. (Upstream's range allocator, on the second family's failure, releases the first
+    /// block into the wrong set and leaks it; we check every family before touching any set.)
     ///
     /// # Errors
-    /// [`AllocError::Exhausted`] naming the first exhausted cluster CIDR.
+    /// [`AllocError::Exhausted`] naming the first exhausted family's cluster CIDR, or
+    /// [`AllocError::ClusterCidrsExhausted`] when that family has several.
     pub fn allocate_node(&mut self) -> Result<NodeAllocation, AllocError> {
-        if let Some(full) = self.sets.iter().find(|set| set.free_count() == 0) {
-            return Err(AllocError::Exhausted {
-                cluster_cidr: full.cluster_cidr(),
-            });
+        let mut chosen: Vec<usize, 2> = Vec::new();
+        for family in self.families() {
+            let index = self
+                .sets
+                .iter()
+                .position(|set| set.cluster_cidr().family() == family && set.free_count() > 0)
+                .ok_or_else(|| self.family_exhausted(family))?;
+            let _ = chosen.push(index);
         }
         let mut allocations = Vec::new();
-        for set in self.sets.iter_mut() {
-            // free_count > 0 was checked for every set above, so this succeeds.
-            let allocation = set.allocate_next()?;
-            let _ = allocations.push(allocation);
+        for index in chosen {
+            if let Some(set) = self.sets.get_mut(index) {
+                // free_count > 0 was checked for this set above, so this succeeds.
+                let allocation = set.allocate_next()?;
+                let _ = allocations.push(allocation);
+            }
         }
         Ok(allocations)
     }
 
-    /// Allocates one block per set, `requests[i]` from set `i` (flag order), each placed as
-    /// [`CidrSet::allocate_block`] places it. All or nothing: every set is searched first and only
-    /// then are the blocks taken, so if any set has no free aligned block of the requested size,
-    /// no set changes (no block, no cursor). With each request's prefix length equal to its set's
-    /// node mask size and [`crate::Placement::NextFromCursor`] this gives what
+    /// Allocates one block per family, `requests[i]` for the `i`-th of [`Pool::families`], each
+    /// placed as [`CidrSet::allocate_block`] places it, **in the family's first set (flag order)
+    /// that has a free aligned block of the requested size**: a later cluster CIDR serves only
+    /// when every earlier one of the family is full for that size. All or nothing: every family
+    /// is searched first and only then are the blocks taken, so if any family has no such block,
+    /// no set changes (no block, no cursor). With each request's prefix length equal to the node
+    /// mask size and [`crate::Placement::NextFromCursor`] this gives what
     /// [`Pool::allocate_node`] gives.
     ///
     /// # Errors
-    /// [`AllocError::RequestCountMismatch`] unless there is one request per set; otherwise the
-    /// first failing set's [`AllocError::InvalidBlockPrefixLen`] or [`AllocError::Exhausted`].
+    /// [`AllocError::RequestCountMismatch`] unless there is one request per family; the first
+    /// failing set's [`AllocError::InvalidBlockPrefixLen`]; for a family with no free block of
+    /// the size, [`AllocError::Exhausted`] (one cluster CIDR) or
+    /// [`AllocError::ClusterCidrsExhausted`] (several).
     pub fn allocate_node_blocks(
         &mut self,
         requests: &[BlockRequest],
     ) -> Result<NodeBlocks, AllocError> {
-        if requests.len() != self.sets.len() {
+        let families = self.families();
+        if requests.len() != families.len() {
             return Err(AllocError::RequestCountMismatch {
                 requests: requests.len(),
-                sets: self.sets.len(),
+                sets: families.len(),
             });
         }
         let mut candidates: Vec<_, 2> = Vec::new();
-        for (set, request) in self.sets.iter().zip(requests) {
-            // At most two sets: the push cannot fail.
-            let _ = candidates.push(set.find_block(*request)?);
+        for (family, request) in families.iter().zip(requests) {
+            let mut found = None;
+            for (index, set) in self.sets.iter().enumerate() {
+                if set.cluster_cidr().family() != *family {
+                    continue;
+                }
+                match set.find_block(*request) {
+                    Ok(candidate) => {
+                        found = Some((index, candidate));
+                        break;
+                    }
+                    Err(AllocError::Exhausted { .. }) => {}
+                    Err(error) => return Err(error),
+                }
+            }
+            let candidate = found.ok_or_else(|| self.family_exhausted(*family))?;
+            // At most two families: the push cannot fail.
+            let _ = candidates.push(candidate);
         }
         let mut blocks = Vec::new();
-        for (set, candidate) in self.sets.iter_mut().zip(candidates) {
-            let _ = blocks.push(set.take_block(candidate));
+        for (index, candidate) in candidates {
+            if let Some(set) = self.sets.get_mut(index) {
+                let _ = blocks.push(set.take_block(candidate));
+            }
         }
         Ok(blocks)
     }
 
     /// Checks a node's podCIDRs against the pool without changing anything: at most two, at most
-    /// one per family, each matched to the set of **its family** (not its index: a node written
-    /// IPv6-first is recognised against an IPv4-first config) and overlapping that cluster CIDR.
+    /// one per family, each matched to the sets of **its family** (not its index: a node written
+    /// IPv6-first is recognised against an IPv4-first config) and overlapping one of them.
     ///
     /// # Errors
     /// [`AllocError::TooManyCidrs`], [`AllocError::DuplicateFamily`],
-    /// [`AllocError::NoClusterCidrForFamily`], [`AllocError::OutOfRange`].
+    /// [`AllocError::NoClusterCidrForFamily`], [`AllocError::OutOfRange`] (the family has one
+    /// cluster CIDR) or [`AllocError::OutsideClusterCidrs`] (several).
     pub fn check_node(&self, pod_cidrs: &[Cidr]) -> Result<(), AllocError> {
         if pod_cidrs.len() > 2 {
             return Err(AllocError::TooManyCidrs {
@@ -142,27 +295,27 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> Pool<S> {
             return Err(AllocError::DuplicateFamily { family: a.family() });
         }
         for cidr in pod_cidrs {
-            let set = self
-                .set_for(cidr.family())
-                .ok_or(AllocError::NoClusterCidrForFamily { cidr: *cidr })?;
-            set.block_range(*cidr)?;
+            if self.set_index_of(*cidr).is_none() {
+                return Err(self.outside(*cidr));
+            }
         }
         Ok(())
     }
 
-    /// Checks a node's podCIDRs as [`Pool::check_node`] does, then that each lies **within** its
-    /// family's cluster CIDR: the rule for podCIDRs a node may keep. [`Pool::check_node`] accepts a
-    /// podCIDR wider than its cluster CIDR (it overlaps the whole set, and upstream's
+    /// Checks a node's podCIDRs as [`Pool::check_node`] does, then that each lies **within** the
+    /// cluster CIDR it overlaps: the rule for podCIDRs a node may keep. [`Pool::check_node`]
+    /// accepts a podCIDR wider than its cluster CIDR (it overlaps the whole set, and upstream's
     /// `CidrSet.Occupy` occupies it), but such a podCIDR does not lie in the cluster CIDR. The
     /// [`Pool::check_node`] errors come first, so a node failing both gets that error.
     ///
     /// # Errors
     /// As [`Pool::check_node`]; then [`AllocError::WiderThanClusterCidr`] for the first podCIDR
-    /// (in the node's order) whose prefix is shorter than its cluster CIDR's.
+    /// (in the node's order) whose prefix is shorter than that of the first cluster CIDR it
+    /// overlaps.
     pub fn check_node_within(&self, pod_cidrs: &[Cidr]) -> Result<(), AllocError> {
         self.check_node(pod_cidrs)?;
         for cidr in pod_cidrs {
-            if let Some(set) = self.set_for(cidr.family())
+            if let Some(set) = self.set_index_of(*cidr).and_then(|i| self.sets.get(i))
                 && cidr.prefix_len() < set.cluster_cidr().prefix_len()
             {
                 return Err(AllocError::WiderThanClusterCidr {
@@ -175,7 +328,7 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> Pool<S> {
     }
 
     /// Occupies a node's existing podCIDRs (start-up sync, or a node seen with CIDRs already set).
-    /// Checked first as [`Pool::check_node`]; then each CIDR is occupied in its family's set.
+    /// Checked first as [`Pool::check_node`]; then each CIDR is occupied in every set it overlaps.
     /// Returns the number of blocks that were free before (0 when already occupied: idempotent).
     ///
     /// # Errors
@@ -184,15 +337,14 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> Pool<S> {
         self.check_node(pod_cidrs)?;
         let mut changed = 0;
         for cidr in pod_cidrs {
-            if let Some(set) = self.set_for_mut(cidr.family()) {
-                changed += set.occupy(*cidr)?;
-            }
+            changed += self.occupy(*cidr)?;
         }
         Ok(changed)
     }
 
-    /// Releases a node's podCIDRs (the node is gone). Checked as [`Pool::check_node`]. Returns the
-    /// number of blocks that were allocated before.
+    /// Releases a node's podCIDRs (the node is gone). Checked as [`Pool::check_node`]; each CIDR
+    /// is released in every set it overlaps. Returns the number of blocks that were allocated
+    /// before.
     ///
     /// # Errors
     /// As [`Pool::check_node`]; nothing changes.
@@ -200,36 +352,51 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> Pool<S> {
         self.check_node(pod_cidrs)?;
         let mut changed = 0;
         for cidr in pod_cidrs {
-            if let Some(set) = self.set_for_mut(cidr.family()) {
-                changed += set.release(*cidr)?;
+            changed += self.release(*cidr)?;
+        }
+        Ok(changed)
+    }
+
+    /// Occupies one CIDR in every set of its family it overlaps (for reserving the part of a bad
+    /// node's range that overlaps ours). Returns blocks newly occupied.
+    ///
+    /// # Errors
+    /// [`AllocError::NoClusterCidrForFamily`], [`AllocError::OutOfRange`] or
+    /// [`AllocError::OutsideClusterCidrs`] when it overlaps no set; nothing changes.
+    pub fn occupy(&mut self, cidr: Cidr) -> Result<u32, AllocError> {
+        self.update_overlapping(cidr, CidrSet::occupy)
+    }
+
+    /// Releases one CIDR in every set of its family it overlaps. Returns blocks newly freed.
+    ///
+    /// # Errors
+    /// As [`Pool::occupy`]; nothing changes.
+    pub fn release(&mut self, cidr: Cidr) -> Result<u32, AllocError> {
+        self.update_overlapping(cidr, CidrSet::release)
+    }
+
+    /// `update` (occupy or release) applied to every set `cidr` overlaps, blocks changed summed.
+    fn update_overlapping(
+        &mut self,
+        cidr: Cidr,
+        update: fn(&mut CidrSet<S>, Cidr) -> Result<u32, AllocError>,
+    ) -> Result<u32, AllocError> {
+        if self.set_index_of(cidr).is_none() {
+            return Err(self.outside(cidr));
+        }
+        let mut changed = 0;
+        for set in self.sets.iter_mut() {
+            // Only sets the CIDR overlaps: there the update cannot fail.
+            if set.block_range(cidr).is_ok() {
+                changed += update(set, cidr).unwrap_or(0);
             }
         }
         Ok(changed)
     }
 
-    /// Occupies one CIDR in the set of its family (for reserving the part of a bad node's range
-    /// that overlaps ours). Returns blocks newly occupied.
-    ///
-    /// # Errors
-    /// [`AllocError::NoClusterCidrForFamily`] or [`AllocError::OutOfRange`]; nothing changes.
-    pub fn occupy(&mut self, cidr: Cidr) -> Result<u32, AllocError> {
-        self.set_for_mut(cidr.family())
-            .ok_or(AllocError::NoClusterCidrForFamily { cidr })?
-            .occupy(cidr)
-    }
-
-    /// Releases one CIDR in the set of its family. Returns blocks newly freed.
-    ///
-    /// # Errors
-    /// [`AllocError::NoClusterCidrForFamily`] or [`AllocError::OutOfRange`]; nothing changes.
-    pub fn release(&mut self, cidr: Cidr) -> Result<u32, AllocError> {
-        self.set_for_mut(cidr.family())
-            .ok_or(AllocError::NoClusterCidrForFamily { cidr })?
-            .release(cidr)
-    }
-
-    /// Releases blocks `first..=last` (block indices) of the set of `family`; see
-    /// [`CidrSet::release_blocks`]. Returns blocks newly freed.
+    /// Releases blocks `first..=last` (block indices) of the first set of `family`; see
+    /// [`CidrSet::release_blocks`] and, for any set, [`Pool::release_blocks_at`]. Returns blocks
+    /// newly freed.
     ///
     /// # Errors
     /// [`AllocError::BlockIndexOutOfRange`] for a bad range; `Ok(0)` if no set has `family`.
@@ -239,36 +406,64 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> Pool<S> {
         first: u32,
         last: u32,
     ) -> Result<u32, AllocError> {
-        match self.set_for_mut(family) {
+        match self
+            .sets
+            .iter()
+            .position(|s| s.cluster_cidr().family() == family)
+        {
+            Some(index) => self.release_blocks_at(index, first, last),
+            None => Ok(0),
+        }
+    }
+
+    /// Releases blocks `first..=last` (block indices) of set `set_index` (flag order, as
+    /// [`Pool::sets`]); see [`CidrSet::release_blocks`]. Returns blocks newly freed.
+    ///
+    /// # Errors
+    /// [`AllocError::BlockIndexOutOfRange`] for a bad range; `Ok(0)` if there is no such set.
+    pub fn release_blocks_at(
+        &mut self,
+        set_index: usize,
+        first: u32,
+        last: u32,
+    ) -> Result<u32, AllocError> {
+        match self.sets.get_mut(set_index) {
             Some(set) => set.release_blocks(first, last),
             None => Ok(0),
         }
     }
 
-    /// Reserves the part of each cluster CIDR that a service CIDR overlaps, so no node gets a block
-    /// holding service IPs (kube-controller-manager does this with `--service-cluster-ip-range`).
-    /// A service CIDR of a family with no set, or overlapping nothing, reserves nothing: `Ok(0)`.
-    /// Returns the number of blocks newly reserved.
+    /// Reserves the part of every cluster CIDR that a service CIDR overlaps, so no node gets a
+    /// block holding service IPs (kube-controller-manager does this with
+    /// `--service-cluster-ip-range` for its one cluster CIDR per family). A service CIDR of a
+    /// family with no set, or overlapping nothing, reserves nothing: `Ok(0)`. Returns the number
+    /// of blocks newly reserved, over every set.
     ///
     /// # Errors
-    /// [`AllocError::ServiceCidrFillsClusterCidr`] if the reservation would leave that set with no
-    /// free block — a configuration error to report at start-up; nothing changes.
+    /// [`AllocError::ServiceCidrFillsClusterCidr`] naming the first set (flag order) the
+    /// reservation would leave with no free block — a configuration error to report at
+    /// start-up; every set is checked first, so nothing changes.
     pub fn reserve_service_cidr(&mut self, service_cidr: Cidr) -> Result<u32, AllocError> {
-        let Some(set) = self.set_for_mut(service_cidr.family()) else {
-            return Ok(0);
-        };
-        let Ok((begin, end)) = set.block_range(service_cidr) else {
-            return Ok(0);
-        };
-        let span = end - begin + 1;
-        let free_in_range = span - set.allocated_in(service_cidr)?;
-        if free_in_range >= set.free_count() {
-            return Err(AllocError::ServiceCidrFillsClusterCidr {
-                service_cidr,
-                cluster_cidr: set.cluster_cidr(),
-            });
+        for set in &self.sets {
+            let Ok((begin, end)) = set.block_range(service_cidr) else {
+                continue;
+            };
+            let span = end - begin + 1;
+            let free_in_range = span - set.allocated_in(service_cidr)?;
+            if free_in_range >= set.free_count() {
+                return Err(AllocError::ServiceCidrFillsClusterCidr {
+                    service_cidr,
+                    cluster_cidr: set.cluster_cidr(),
+                });
+            }
         }
-        set.occupy(service_cidr)
+        let mut reserved = 0;
+        for set in self.sets.iter_mut() {
+            if set.block_range(service_cidr).is_ok() {
+                reserved += set.occupy(service_cidr)?;
+            }
+        }
+        Ok(reserved)
     }
 }
 
@@ -430,6 +625,214 @@ mod tests {
         let c = pool.allocate_node_blocks(&small).unwrap();
         assert_eq!(c[1].cidr, cidr("fd00::c0/122"));
         assert_eq!(pool.sets()[1].free_count(), 0);
+    }
+
+    /// A pool of several cluster CIDRs per family (capacity 8, as the shell's).
+    fn pool_of(sets: &[(&str, u8)]) -> Pool<StdVec<u64>, 8> {
+        Pool::from_sets(sets.iter().map(|(c, mask)| set(c, *mask))).unwrap()
+    }
+
+    /// Issue 18 §1: within a family the sets serve in flag order — the second only while the
+    /// first has no free block — and a block freed in the first is used again before the second.
+    #[test]
+    fn several_per_family_serve_in_flag_order() {
+        let mut pool = pool_of(&[
+            ("10.0.0.0/30", 31),
+            ("fd00::/126", 127),
+            ("10.1.0.0/30", 31),
+        ]);
+        assert_eq!(pool.families().as_slice(), [Family::V4, Family::V6]);
+        assert!(pool.is_dual_stack());
+        let a = pool.allocate_node().unwrap();
+        let b = pool.allocate_node().unwrap();
+        assert_eq!(
+            (a[0].cidr, b[0].cidr),
+            (cidr("10.0.0.0/31"), cidr("10.0.0.2/31"))
+        );
+        assert_eq!(
+            (a[1].cidr, b[1].cidr),
+            (cidr("fd00::/127"), cidr("fd00::2/127"))
+        );
+        // IPv6 is full and has one set: the old error, and the IPv4 sets do not change.
+        let before: StdVec<u32> = pool.sets().iter().map(|s| s.allocated_count()).collect();
+        assert_eq!(
+            pool.allocate_node(),
+            Err(AllocError::Exhausted {
+                cluster_cidr: cidr("fd00::/126")
+            })
+        );
+        let after: StdVec<u32> = pool.sets().iter().map(|s| s.allocated_count()).collect();
+        assert_eq!(before, after);
+        pool.release_node(&[cidr("fd00::/127")]).unwrap();
+        // The first IPv4 set is full: the next IPv4 block comes from the second.
+        let c = pool.allocate_node().unwrap();
+        assert_eq!(
+            (c[0].cidr, c[1].cidr),
+            (cidr("10.1.0.0/31"), cidr("fd00::/127"))
+        );
+        // Freed in the first set: used again before the rest of the second.
+        pool.release_node(&[cidr("10.0.0.2/31"), cidr("fd00::/127")])
+            .unwrap();
+        let d = pool.allocate_node().unwrap();
+        assert_eq!(d[0].cidr, cidr("10.0.0.2/31"));
+        pool.release_node(&[cidr("fd00::2/127")]).unwrap();
+        let e = pool.allocate_node().unwrap();
+        assert_eq!(e[0].cidr, cidr("10.1.0.2/31"));
+        // Both IPv4 sets full: the error names the family's first and last set.
+        pool.release_node(&[cidr("fd00::/127")]).unwrap();
+        let error = pool.allocate_node().unwrap_err();
+        assert_eq!(
+            error,
+            AllocError::ClusterCidrsExhausted {
+                family: Family::V4,
+                first: cidr("10.0.0.0/30"),
+                last: cidr("10.1.0.0/30"),
+                count: 2,
+            }
+        );
+        assert_eq!(
+            std::format!("{error}"),
+            "no free pod CIDR left in any of the 2 IPv4 cluster CIDRs (10.0.0.0/30, 10.1.0.0/30)"
+        );
+    }
+
+    /// The order rule is per size: a Node needing a larger block than the first set has free
+    /// gets it from the second, while smaller blocks still come from the first.
+    #[test]
+    fn order_is_by_the_size_asked_for() {
+        use crate::cidr_set::Placement::{FirstFit, NextFromCursor};
+        let mut pool = pool_of(&[("10.0.0.0/24", 26), ("10.1.0.0/24", 26)]);
+        let small = [BlockRequest {
+            prefix_len: 26,
+            placement: NextFromCursor,
+        }];
+        let big = [BlockRequest {
+            prefix_len: 25,
+            placement: FirstFit,
+        }];
+        // 10.0.0.0/26 and 10.0.0.128/26 taken: the first set has two free /26s, no free /25.
+        pool.occupy(cidr("10.0.0.0/26")).unwrap();
+        pool.occupy(cidr("10.0.0.128/26")).unwrap();
+        assert_eq!(
+            pool.allocate_node_blocks(&big).unwrap()[0].cidr,
+            cidr("10.1.0.0/25")
+        );
+        assert_eq!(
+            pool.allocate_node_blocks(&small).unwrap()[0].cidr,
+            cidr("10.0.0.64/26")
+        );
+        assert_eq!(
+            pool.allocate_node_blocks(&small[..0]),
+            Err(AllocError::RequestCountMismatch {
+                requests: 0,
+                sets: 1
+            })
+        );
+    }
+
+    #[test]
+    fn from_sets_refuses_overlaps_too_many_and_none() {
+        assert_eq!(
+            Pool::<StdVec<u64>, 8>::from_sets([
+                set("10.0.0.0/16", 24),
+                set("fd00::/48", 64),
+                set("10.0.128.0/17", 24)
+            ])
+            .err(),
+            Some(AllocError::ClusterCidrsOverlap {
+                first: cidr("10.0.0.0/16"),
+                second: cidr("10.0.128.0/17"),
+            })
+        );
+        assert_eq!(
+            Pool::<StdVec<u64>, 2>::from_sets([
+                set("10.0.0.0/16", 24),
+                set("10.1.0.0/16", 24),
+                set("10.2.0.0/16", 24)
+            ])
+            .err(),
+            Some(AllocError::TooManyClusterCidrs { count: 3, max: 2 })
+        );
+        assert_eq!(
+            Pool::<StdVec<u64>, 8>::from_sets(std::iter::empty()).err(),
+            Some(AllocError::NoClusterCidr)
+        );
+        // Two of one family are fine through from_sets (Pool::new keeps refusing them).
+        assert!(
+            Pool::<StdVec<u64>, 2>::from_sets([set("10.0.0.0/16", 24), set("10.1.0.0/16", 24)])
+                .is_ok()
+        );
+    }
+
+    /// A service CIDR reserves its part of every cluster CIDR it overlaps; one that would fill
+    /// any of them is refused before anything changes.
+    #[test]
+    fn service_cidr_is_reserved_in_every_set() {
+        let mut pool = pool_of(&[
+            ("10.0.0.0/24", 26),
+            ("10.0.1.0/24", 26),
+            ("10.0.2.0/24", 26),
+        ]);
+        // 10.0.0.0/23 covers the first two sets whole: it would fill the first.
+        assert_eq!(
+            pool.reserve_service_cidr(cidr("10.0.0.0/23")),
+            Err(AllocError::ServiceCidrFillsClusterCidr {
+                service_cidr: cidr("10.0.0.0/23"),
+                cluster_cidr: cidr("10.0.0.0/24"),
+            })
+        );
+        assert!(pool.sets().iter().all(|s| s.allocated_count() == 0));
+        assert_eq!(pool.reserve_service_cidr(cidr("10.0.1.0/25")).unwrap(), 2);
+        assert_eq!(pool.reserve_service_cidr(cidr("10.0.2.192/26")).unwrap(), 1);
+        let counts: StdVec<u32> = pool.sets().iter().map(|s| s.allocated_count()).collect();
+        assert_eq!(counts, [0, 2, 1]);
+    }
+
+    /// Node checks find the set a podCIDR lies in, whichever of the family's sets it is; one
+    /// outside every set of its family names them all; a wide one is occupied in each set it
+    /// overlaps.
+    #[test]
+    fn node_checks_across_sets() {
+        let mut pool = pool_of(&[
+            ("10.0.0.0/24", 26),
+            ("10.0.1.0/24", 26),
+            ("fd00::/120", 122),
+        ]);
+        assert_eq!(
+            pool.check_node_within(&[cidr("10.0.1.64/26"), cidr("fd00::40/122")]),
+            Ok(())
+        );
+        let outside = AllocError::OutsideClusterCidrs {
+            cidr: cidr("10.9.0.0/26"),
+            first: cidr("10.0.0.0/24"),
+            last: cidr("10.0.1.0/24"),
+            count: 2,
+        };
+        assert_eq!(pool.check_node(&[cidr("10.9.0.0/26")]), Err(outside));
+        assert_eq!(
+            std::format!("{outside}"),
+            "10.9.0.0/26 is outside all 2 IPv4 cluster CIDRs (10.0.0.0/24, 10.0.1.0/24)"
+        );
+        assert_eq!(
+            pool.check_node(&[cidr("fd01::/122")]),
+            Err(AllocError::OutOfRange {
+                cidr: cidr("fd01::/122"),
+                cluster_cidr: cidr("fd00::/120"),
+            })
+        );
+        assert_eq!(
+            pool.check_node_within(&[cidr("10.0.0.0/23")]),
+            Err(AllocError::WiderThanClusterCidr {
+                cidr: cidr("10.0.0.0/23"),
+                cluster_cidr: cidr("10.0.0.0/24"),
+            })
+        );
+        assert_eq!(pool.set_index_of(cidr("10.0.1.128/26")), Some(1));
+        assert_eq!(pool.occupy(cidr("10.0.0.0/23")).unwrap(), 8);
+        assert_eq!(pool.release(cidr("10.0.1.0/24")).unwrap(), 4);
+        assert_eq!(pool.release_blocks_at(0, 0, 3).unwrap(), 4);
+        assert_eq!(pool.release_blocks_at(7, 0, 3).unwrap(), 0);
+        assert!(pool.sets().iter().all(|s| s.allocated_count() == 0));
     }
 
     #[test]

@@ -11,8 +11,8 @@ use crate::pool::Pool;
 /// A [`Pool`] shared between tasks. `M` is the raw mutex: `CriticalSectionRawMutex` when tasks run
 /// on different threads or interrupt levels, `NoopRawMutex` within one executor. Can be a `static`
 /// (`SharedPool::new` is `const`).
-pub struct SharedPool<M: RawMutex, S> {
-    inner: Mutex<M, RefCell<Pool<S>>>,
+pub struct SharedPool<M: RawMutex, S, const N: usize = 2> {
+    inner: Mutex<M, RefCell<Pool<S, N>>>,
 }
 
 /// [`SharedPool::with`] was called again from inside its own closure (a re-entrant lock).
@@ -28,9 +28,9 @@ impl core::fmt::Display for PoolBusy {
 
 impl core::error::Error for PoolBusy {}
 
-impl<M: RawMutex, S> SharedPool<M, S> {
+impl<M: RawMutex, S, const N: usize> SharedPool<M, S, N> {
     /// Wraps a pool.
-    pub const fn new(pool: Pool<S>) -> Self {
+    pub const fn new(pool: Pool<S, N>) -> Self {
         SharedPool {
             inner: Mutex::new(RefCell::new(pool)),
         }
@@ -41,7 +41,7 @@ impl<M: RawMutex, S> SharedPool<M, S> {
     /// # Errors
     /// [`PoolBusy`] if called from inside another `with` on the same pool (instead of panicking,
     /// as a plain `RefCell` would).
-    pub fn with<R>(&self, f: impl FnOnce(&mut Pool<S>) -> R) -> Result<R, PoolBusy> {
+    pub fn with<R>(&self, f: impl FnOnce(&mut Pool<S, N>) -> R) -> Result<R, PoolBusy> {
         self.inner.lock(|cell| match cell.try_borrow_mut() {
             Ok(mut pool) => Ok(f(&mut pool)),
             Err(_) => Err(PoolBusy),
@@ -49,7 +49,7 @@ impl<M: RawMutex, S> SharedPool<M, S> {
     }
 
     /// Gives the pool back.
-    pub fn into_inner(self) -> Pool<S> {
+    pub fn into_inner(self) -> Pool<S, N> {
         self.inner.into_inner().into_inner()
     }
 }

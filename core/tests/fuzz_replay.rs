@@ -16,11 +16,12 @@ use std::path::{Path, PathBuf};
 type Target = fn(&[u8]);
 
 /// Each fuzz target, its corpus folder name and the harness entry point.
-const TARGETS: [(&str, Target); 4] = [
+const TARGETS: [(&str, Target); 5] = [
     ("cidr_set_model", harness::run_cidr_set),
     ("pool_model", harness::run_pool),
     ("pool_ranges", harness::run_pool_ranges),
     ("cidr_parse", harness::run_cidr_parse),
+    ("pool_order", harness::run_pool_order),
 ];
 
 fn corpus_dir(target: &str) -> PathBuf {
@@ -80,6 +81,11 @@ fn corpus_pool_ranges() {
 #[test]
 fn corpus_cidr_parse() {
     replay(TARGETS[3].0, TARGETS[3].1);
+}
+
+#[test]
+fn corpus_pool_order() {
+    replay(TARGETS[4].0, TARGETS[4].1);
 }
 
 /// SplitMix64, as in BENCHMARKS.md.

@@ -161,7 +161,10 @@ pub enum OutputFormat {
 /// kube-controller-manager's node IPAM flags.
 #[derive(Debug, Clone, Args)]
 pub struct IpamFlags {
-    /// CIDR range(s) for pods, comma-separated: one, or one IPv4 and one IPv6 (dual-stack).
+    /// CIDR range(s) for pods, comma-separated: one, or one IPv4 and one IPv6 (dual-stack), or
+    /// several per family (at most 8 in all, none overlapping): within a family they are used in
+    /// the order given, a later one only when the earlier ones are full (kcm takes one per
+    /// family). The first entry's family is that of every Node's spec.podCIDR.
     #[arg(
         long,
         global = true,

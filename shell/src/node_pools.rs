@@ -452,9 +452,16 @@ impl Sizing {
         &self.rules
     }
 
-    /// The sizing of the cluster CIDR of `family`.
+    /// The sizing of the first cluster CIDR (flag order) of `family`. Every cluster CIDR of a
+    /// family has the same default size, grid and label range (the flags are per family); only
+    /// the range checks differ per cluster CIDR.
     pub fn set_for(&self, family: Family) -> Option<&SetSizing> {
         self.sets.iter().find(|s| s.cluster_cidr.family() == family)
+    }
+
+    /// The sizing of cluster CIDR `cluster_cidr`, if it is one of this configuration's.
+    pub fn set_of(&self, cluster_cidr: Cidr) -> Option<&SetSizing> {
+        self.sets.iter().find(|s| s.cluster_cidr == cluster_cidr)
     }
 
     /// The label keys the rules (and the mask labels, when honoured) and `--node-selector` read,

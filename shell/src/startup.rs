@@ -49,9 +49,7 @@ pub fn cluster_cidrs_text(config: &IpamConfig, sizing: &Sizing) -> String {
                 c.node_mask_size,
                 plural(u64::from(blocks), "block")
             );
-            let set = sizing
-                .set_for(c.cluster_cidr.family())
-                .filter(|s| s.cluster_cidr == c.cluster_cidr);
+            let set = sizing.set_of(c.cluster_cidr);
             if let Some(set) = set.filter(|s| s.grid_mask != s.coarsest_mask) {
                 let grid_blocks = 1u64
                     << set
@@ -97,10 +95,17 @@ pub fn node_pool_rules_text(sizing: &Sizing) -> String {
 /// With `--cidr-allocator-type=CloudAllocator`: `off`, or the sizes each family's mask label may
 /// ask for (`ipv4 /23 to /26, ipv6 /60 to /64`).
 pub fn mask_labels_text(sizing: &Sizing) -> String {
+    // One per family: every cluster CIDR of a family has the family's range.
     let ranges: Vec<String> = sizing
         .sets()
         .iter()
-        .filter_map(|set: &SetSizing| {
+        .enumerate()
+        .filter(|(index, set)| {
+            !sizing.sets()[..*index]
+                .iter()
+                .any(|s| s.cluster_cidr.family() == set.cluster_cidr.family())
+        })
+        .filter_map(|(_, set): (usize, &SetSizing)| {
             let (min, max) = set.label_range?;
             Some(format!("{} /{min} to /{max}", set.cluster_cidr.family()))
         })

@@ -566,3 +566,75 @@ fn ten_thousand_nodes_with_pod_cidrs_plan_quickly() {
         "plan of 10k Nodes took {took:?}"
     );
 }
+
+/// Several cluster CIDRs per family (issue 18 §1): two that overlap, or more than 8, exit 2 with
+/// one line naming the flag (and the two entries).
+#[test]
+fn overlapping_or_too_many_cluster_cidrs_exit_2() {
+    let off = [
+        "--metrics-bind-address=0",
+        "--health-probe-bind-address=0",
+        "--secure-port=0",
+    ];
+    let nine = "--cluster-cidr=10.0.0.0/16,10.1.0.0/16,10.2.0.0/16,10.3.0.0/16,10.4.0.0/16,10.5.0.0/16,10.6.0.0/16,10.7.0.0/16,fd00::/48";
+    for (flag, says) in [
+        (
+            "--cluster-cidr=10.244.0.0/16,fd00::/48,10.244.128.0/17",
+            "--cluster-cidr entries 1 (10.244.0.0/16) and 3 (10.244.128.0/17) overlap",
+        ),
+        (nine, "--cluster-cidr has 9 entries; at most 8 are allowed"),
+    ] {
+        let mut args = vec![flag];
+        args.extend_from_slice(&off);
+        let out = run(&args, None);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag}: {stderr}");
+        let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "{flag}: not one line: {stderr:?}");
+        assert!(lines[0].contains(says), "{flag}: {stderr:?}");
+    }
+}
+
+/// `plan` with two IPv4 cluster CIDRs over the AWS fixture's four Nodes: one pool row per CIDR,
+/// the second used only for what the first cannot hold.
+#[test]
+fn plan_shows_one_pool_row_per_cluster_cidr() {
+    let list = nodes(&[json!({}), json!({}), json!({}), json!({})], &[]);
+    let (code, json, stderr) = plan(&list, &["--cluster-cidr=10.10.0.0/23,10.20.0.0/22"]);
+    assert_eq!(code, 0, "{stderr}");
+    let pools: Vec<(String, u64, u64)> = json["pools"]
+        .as_array()
+        .expect("pools")
+        .iter()
+        .map(|p| {
+            (
+                p["clusterCIDR"].as_str().unwrap_or_default().to_owned(),
+                p["capacity"].as_u64().unwrap_or_default(),
+                p["used"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        pools,
+        [
+            ("10.10.0.0/23".to_owned(), 2, 2),
+            ("10.20.0.0/22".to_owned(), 4, 2)
+        ]
+    );
+    let mut cidrs: Vec<String> = json["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| n["podCIDRs"][0].as_str().unwrap_or_default().to_owned())
+        .collect();
+    cidrs.sort();
+    assert_eq!(
+        cidrs,
+        [
+            "10.10.0.0/24",
+            "10.10.1.0/24",
+            "10.20.0.0/24",
+            "10.20.1.0/24"
+        ]
+    );
+}

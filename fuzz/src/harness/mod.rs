@@ -15,6 +15,9 @@
 //!   allocations within each range, stale candidates, occupy/release and free counts compared
 //!   with one `SetModel` and a cursor per range; then the allocations moved into a grown,
 //!   re-gridded set (`occupy_allocations_of`).
+//! - `run_pool_order`: bytes → a `Pool` of 1 … 5 cluster CIDRs, several per family
+//!   (`Pool::from_sets`) → allocations and releases checked against the order rule (a family's
+//!   block from its first set with room for the size, all or nothing across families).
 //! - `run_cidr_parse`: text → `Cidr::parse`/`parse_masked` → `Display` into a stack buffer →
 //!   parse again; each line, and `config::validate` on the lines; never a panic.
 //!
@@ -24,11 +27,13 @@
 mod check;
 mod decode;
 mod model;
+mod order;
 mod parse;
 mod pool;
 mod ranges;
 mod set;
 
+pub use order::run_pool_order;
 pub use parse::run_cidr_parse;
 pub use pool::run_pool;
 pub use ranges::run_pool_ranges;

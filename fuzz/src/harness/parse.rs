@@ -5,7 +5,8 @@ use std::net::IpAddr;
 
 use nodeipam_core::config::validate;
 use nodeipam_core::{
-    Cidr, CidrError, CidrSet, ConfigError, Family, NodeMaskFlags, storage_words_for,
+    Cidr, CidrError, CidrSet, ConfigError, Family, MAX_CLUSTER_CIDRS, NodeMaskFlags,
+    storage_words_for,
 };
 
 use super::{
@@ -120,14 +121,28 @@ fn check_validate(text: &str) {
         Err(error) => display_config_error(&error),
         Ok(config) => {
             let count = config.cluster_cidrs.len();
-            assert!((1..=2).contains(&count), "{count} cluster CIDRs accepted");
-            assert_eq!(config.is_dual_stack(), count == 2);
-            if let [a, b] = config.cluster_cidrs.as_slice() {
-                assert_ne!(
-                    a.cluster_cidr.family(),
-                    b.cluster_cidr.family(),
-                    "two same-family"
-                );
+            assert!(
+                (1..=MAX_CLUSTER_CIDRS).contains(&count),
+                "{count} cluster CIDRs accepted"
+            );
+            let families = config
+                .cluster_cidrs
+                .iter()
+                .filter(|c| {
+                    c.cluster_cidr.family() != config.cluster_cidrs[0].cluster_cidr.family()
+                })
+                .count();
+            assert_eq!(config.is_dual_stack(), families > 0);
+            // Several per family are accepted (issue 18), never two that overlap.
+            for (i, a) in config.cluster_cidrs.iter().enumerate() {
+                for b in &config.cluster_cidrs[..i] {
+                    assert!(
+                        !a.cluster_cidr.overlaps(&b.cluster_cidr),
+                        "overlapping cluster CIDRs {} and {} accepted",
+                        b.cluster_cidr,
+                        a.cluster_cidr
+                    );
+                }
             }
             if let [a, b] = config.service_cidrs.as_slice() {
                 assert_ne!(a.family(), b.family(), "two same-family service CIDRs");

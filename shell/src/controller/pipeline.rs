@@ -471,6 +471,7 @@ fn startup_occupy(
     // Nodes `--node-selector` does not select: not waiting, not skipped, no findings.
     let mut not_served = 0usize;
     let mut findings: Vec<crate::diagnostics::Finding> = Vec::new();
+    let mut outside = crate::diagnostics::OutsideClusterCidrs::default();
     for name in &names {
         let Some((name, node)) = cache.get(name) else {
             continue;
@@ -494,6 +495,7 @@ fn startup_occupy(
                 Action::Skip { reason } => {
                     tracing::warn!(node = %name, %reason, "skipping Node");
                     skipped += 1;
+                    outside.observe(&allocator, &view);
                 }
                 Action::NotServed { .. } => not_served += 1,
                 Action::Keep { pod_cidrs } => {
@@ -513,6 +515,11 @@ fn startup_occupy(
     // The per-Node findings' events come with each Node's occupy decision (above); here they are
     // summarized in one warning per kind.
     for line in crate::diagnostics::summarize(&findings) {
+        tracing::warn!("{line}");
+    }
+    // Nodes left outside by a cluster CIDR removed from --cluster-cidr: one line per family.
+    let cluster_cidrs: Vec<_> = ipam.cluster_cidrs.iter().map(|c| c.cluster_cidr).collect();
+    for line in outside.lines(&cluster_cidrs) {
         tracing::warn!("{line}");
     }
     let pools = allocator.pool_stats();

@@ -299,18 +299,32 @@ impl Shared {
 
     /// The exhaustion warning: at most one per cluster CIDR per
     /// [`super::oplog::EXHAUSTION_WARNING_INTERVAL`], naming the pool, its usage, how many Nodes
-    /// wait and this Node; a failure that is not an exhaustion warns every time.
+    /// wait and this Node; a failure that is not an exhaustion warns every time. When several
+    /// cluster CIDRs of a family are exhausted at once, each one's limit is checked (a block freed
+    /// in any of them resets its own) and the first that is due is named.
     fn warn_exhausted(&self, name: &NodeName, reason: &str, decision: &Decision) {
-        let exhausted = decision.metrics.iter().find_map(|m| match m {
-            MetricEvent::Exhausted { cluster_cidr } => Some(*cluster_cidr),
-            _ => None,
-        });
-        let Some(cluster_cidr) = exhausted else {
+        let exhausted: Vec<Cidr> = decision
+            .metrics
+            .iter()
+            .filter_map(|m| match m {
+                MetricEvent::Exhausted { cluster_cidr } => Some(*cluster_cidr),
+                _ => None,
+            })
+            .collect();
+        if exhausted.is_empty() {
             tracing::warn!(node = %name, %reason, "no pod CIDR could be allocated for the Node");
             return;
+        }
+        let due = {
+            let mut log = lock(&self.exhaustion_log);
+            let now = Instant::now();
+            let due: Vec<(Cidr, u64)> = exhausted
+                .iter()
+                .filter_map(|c| log.check(*c, now).map(|suppressed| (*c, suppressed)))
+                .collect();
+            due.first().copied()
         };
-        let Some(suppressed) = lock(&self.exhaustion_log).check(cluster_cidr, Instant::now())
-        else {
+        let Some((cluster_cidr, suppressed)) = due else {
             return;
         };
         let stats = lock(&self.allocator)
@@ -764,6 +778,48 @@ mod tests {
             Some(0),
             "the next exhaustion warning is let through"
         );
+    }
+
+    /// Two IPv4 cluster CIDRs, both full: a block freed in the second lets the next exhaustion
+    /// warning through at once (the limit was checked only for the first CIDR the decision
+    /// named, so a freed block in the second left it suppressed for up to a minute).
+    #[tokio::test]
+    async fn a_block_freed_in_a_later_cluster_cidr_lets_the_exhaustion_warning_through() {
+        let config = nodeipam_core::config::validate(
+            "10.244.0.0/24,10.245.0.0/24",
+            "",
+            NodeMaskFlags::default(),
+        )
+        .expect("valid");
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let shared = shared(Allocator::new(&config).expect("pool"));
+            for (name, cidr) in [("a", "10.244.0.0/24"), ("b", "10.245.0.0/24")] {
+                let kept = lock(&shared.allocator).decide(&view(name, &[cidr]));
+                shared.apply(&name.into(), None, &kept);
+            }
+            let waiting: NodeName = "c".into();
+            let fail = |shared: &Shared| {
+                let failed = shared.decided(&waiting, |a| a.decide(&view("c", &[])));
+                assert!(matches!(failed.action, Action::Fail { .. }), "{failed:?}");
+                shared.apply(&waiting, None, &failed);
+            };
+            fail(&shared);
+            fail(&shared);
+            // "b" (in the second cluster CIDR) goes; "a" is put back at once.
+            let released = lock(&shared.allocator).remove("b");
+            shared.apply(&"b".into(), None, &released);
+            let kept = lock(&shared.allocator).decide(&view("b2", &["10.245.0.0/24"]));
+            shared.apply(&"b2".into(), None, &kept);
+            fail(&shared);
+        });
+        let warnings = buffer.text().matches("cluster CIDR exhausted").count();
+        assert_eq!(warnings, 2, "{}", buffer.text());
     }
 
     /// The watch settling a write whose PATCH ended with an unknown outcome logs the assignment

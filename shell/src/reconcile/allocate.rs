@@ -65,14 +65,23 @@ impl Allocator {
             Err(error) => return self.refuse_mask_label(node, &error.to_string()),
         };
         self.label_refusals.remove(&node.name);
+        // One request per family (the pool's family order); `masks` has one size per cluster
+        // CIDR, the same for every cluster CIDR of a family: the family's first one is taken.
         let requests: Vec<BlockRequest> = self
             .pool
-            .sets()
+            .families()
             .iter()
-            .zip(&masks)
-            .map(|(set, mask)| BlockRequest {
-                prefix_len: mask.prefix_len,
-                placement: self.placement(set.cluster_cidr(), mask.prefix_len),
+            .filter_map(|family| {
+                let (set, mask) = self
+                    .pool
+                    .sets()
+                    .iter()
+                    .zip(&masks)
+                    .find(|(set, _)| set.cluster_cidr().family() == *family)?;
+                Some(BlockRequest {
+                    prefix_len: mask.prefix_len,
+                    placement: self.placement(set.cluster_cidr(), mask.prefix_len),
+                })
             })
             .collect();
         match self.pool.allocate_node_blocks(&requests) {
@@ -106,10 +115,27 @@ impl Allocator {
             Err(error) => {
                 let mut metrics = Vec::new();
                 let mut reason = format!("no pod CIDR could be allocated: {error}");
-                if let AllocError::Exhausted { cluster_cidr } = error {
-                    metrics.push(MetricEvent::Exhausted { cluster_cidr });
-                    reason.push_str(&self.block_size_clause(cluster_cidr, &masks));
-                    reason.push_str(&self.space_holders(cluster_cidr));
+                match error {
+                    AllocError::Exhausted { cluster_cidr } => {
+                        metrics.push(MetricEvent::Exhausted { cluster_cidr });
+                        reason.push_str(&self.block_size_clause(cluster_cidr, &masks, false));
+                        reason.push_str(&self.space_holders(cluster_cidr));
+                    }
+                    // Several cluster CIDRs of the family, all full for this size: each is
+                    // counted as exhausted and described, flag order.
+                    AllocError::ClusterCidrsExhausted { family, .. } => {
+                        let full: Vec<Cidr> = self
+                            .pool
+                            .sets_of(family)
+                            .map(|set| set.cluster_cidr())
+                            .collect();
+                        for cluster_cidr in full {
+                            metrics.push(MetricEvent::Exhausted { cluster_cidr });
+                            reason.push_str(&self.block_size_clause(cluster_cidr, &masks, true));
+                            reason.push_str(&self.space_holders(cluster_cidr));
+                        }
+                    }
+                    _ => {}
                 }
                 let mut decision = Decision::new(Action::Fail {
                     reason: reason.clone(),
@@ -166,8 +192,9 @@ impl Allocator {
 
     /// For a request that found no free aligned block of its size in `cluster_cidr`: the size
     /// asked for, where it came from, and the largest block still free (empty when the request
-    /// was one grid block: then the cluster CIDR is simply full).
-    fn block_size_clause(&self, cluster_cidr: Cidr, masks: &[NodeMask]) -> String {
+    /// was one grid block: then the cluster CIDR is simply full). `named`: the clause names the
+    /// cluster CIDR (for a family of several, each gets one clause).
+    fn block_size_clause(&self, cluster_cidr: Cidr, masks: &[NodeMask], named: bool) -> String {
         let Some(index) = self
             .pool
             .sets()
@@ -186,8 +213,13 @@ impl Allocator {
             Some(free) => format!("the largest free block is {}", free.cidr),
             None => "no block is free".to_owned(),
         };
+        let place = if named {
+            format!(" in {cluster_cidr}")
+        } else {
+            String::new()
+        };
         format!(
-            " (no free aligned /{} as {} asks; {} of {} /{} blocks are free, {largest})",
+            " (no free aligned /{}{place} as {} asks; {} of {} /{} blocks are free, {largest})",
             mask.prefix_len,
             self.sizing.describe(mask.source),
             set.free_count(),
@@ -202,9 +234,10 @@ impl Allocator {
     /// holds a block of a configured size). Looks through the records only when holdings changed
     /// since the last call for this cluster CIDR (see [`Allocator::space_holders_memo`]).
     fn space_holders(&mut self, cluster_cidr: Cidr) -> String {
-        if let Some((generation, cidr, clause)) = &self.space_holders_memo
-            && *generation == self.holdings_generation
-            && *cidr == cluster_cidr
+        let generation = self.holdings_generation;
+        if let Some((memo_generation, clauses)) = &self.space_holders_memo
+            && *memo_generation == generation
+            && let Some((_, clause)) = clauses.iter().find(|(cidr, _)| *cidr == cluster_cidr)
         {
             return clause.clone();
         }
@@ -212,13 +245,23 @@ impl Allocator {
         self.space_holders_visited = self
             .space_holders_visited
             .saturating_add(self.nodes.len() as u64);
-        self.space_holders_memo = Some((self.holdings_generation, cluster_cidr, clause.clone()));
+        match &mut self.space_holders_memo {
+            Some((memo_generation, clauses)) if *memo_generation == generation => {
+                clauses.push((cluster_cidr, clause.clone()));
+            }
+            memo => *memo = Some((generation, vec![(cluster_cidr, clause.clone())])),
+        }
         clause
     }
 
     /// [`Allocator::space_holders`] computed: one pass over every record.
     fn find_space_holders(&self, cluster_cidr: Cidr) -> String {
-        let Some(set) = self.pool.set_for(cluster_cidr.family()) else {
+        let Some(set) = self
+            .pool
+            .sets()
+            .iter()
+            .find(|s| s.cluster_cidr() == cluster_cidr)
+        else {
             return String::new();
         };
         let coarsest = self

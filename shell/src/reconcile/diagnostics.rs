@@ -232,8 +232,7 @@ pub fn config_findings(config: &IpamConfig, sizing: &Sizing) -> Vec<Finding> {
         }
         if cluster.block_count() == 1 {
             let grid_mask = sizing
-                .set_for(cluster.cluster_cidr.family())
-                .filter(|s| s.cluster_cidr == cluster.cluster_cidr)
+                .set_of(cluster.cluster_cidr)
                 .map_or(cluster.node_mask_size, |s| s.grid_mask);
             findings.push(Finding::SingleBlockPool {
                 cluster_cidr: cluster.cluster_cidr,
@@ -306,8 +305,14 @@ pub fn node_findings_in(cluster_cidrs: &[Cidr], node: &NodeView) -> Vec<Finding>
         }
         parsed.push(cidr);
     }
-    if let [first, second] = cluster_cidrs {
-        let (first, second) = (*first, *second);
+    // Dual-stack: the first cluster CIDR of each family, the family of `--cluster-cidr`'s first
+    // entry first (several per family change nothing here).
+    let first = cluster_cidrs.first().copied();
+    let second = cluster_cidrs
+        .iter()
+        .copied()
+        .find(|c| Some(c.family()) != first.map(|f| f.family()));
+    if let (Some(first), Some(second)) = (first, second) {
         match parsed.as_slice() {
             [a, b] if a.family() == second.family() && b.family() == first.family() => {
                 findings.push(Finding::FamilyOrder {
@@ -330,6 +335,76 @@ pub fn node_findings_in(cluster_cidrs: &[Cidr], node: &NodeView) -> Vec<Finding>
         }
     }
     findings
+}
+
+/// Nodes that hold podCIDRs outside every cluster CIDR of their family — typically a
+/// `--cluster-cidr` entry removed since they got them — counted **per family** (which entry was
+/// removed is not known: the controller keeps no earlier configuration), for one start-up line
+/// per family. Such a Node keeps its podCIDRs and is skipped with the out-of-range Warning event,
+/// as any out-of-range Node ([`crate::reconcile::SkipKind::OutOfRange`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OutsideClusterCidrs {
+    /// Per family: Nodes counted, the first three names (start-up order), the first podCIDR seen.
+    families: std::collections::BTreeMap<Family, (usize, Vec<NodeName>, Cidr)>,
+}
+
+impl OutsideClusterCidrs {
+    /// Counts `node` if one of its podCIDRs lies outside every cluster CIDR of its family (a
+    /// family without cluster CIDRs is another finding: not counted here).
+    pub fn observe(&mut self, allocator: &crate::reconcile::Allocator, node: &NodeView) {
+        let Some(parsed) = node.parsed_pod_cidrs() else {
+            return;
+        };
+        for cidr in allocator.outside_cluster_cidrs(&parsed) {
+            let (nodes, names, _) =
+                self.families
+                    .entry(cidr.family())
+                    .or_insert((0, Vec::new(), cidr));
+            // One count per Node and family (a Node has one podCIDR per family).
+            *nodes += 1;
+            if names.len() < 3 {
+                names.push(node.name.clone());
+            }
+        }
+    }
+
+    /// Nodes counted for `family`.
+    pub fn count(&self, family: Family) -> usize {
+        self.families.get(&family).map_or(0, |(nodes, _, _)| *nodes)
+    }
+
+    /// One line per family with Nodes counted, naming the family's cluster CIDRs
+    /// (`cluster_cidrs`, flag order).
+    pub fn lines(&self, cluster_cidrs: &[Cidr]) -> Vec<String> {
+        self.families
+            .iter()
+            .map(|(family, (nodes, names, example))| {
+                let listed: Vec<String> = cluster_cidrs
+                    .iter()
+                    .filter(|c| c.family() == *family)
+                    .map(ToString::to_string)
+                    .collect();
+                let names: Vec<&str> = names.iter().map(|n| &**n).collect();
+                let more = nodes.saturating_sub(names.len());
+                let more = if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                };
+                let (nodes_word, hold, they_keep, them) = if *nodes == 1 {
+                    ("Node", "holds", "It keeps its podCIDRs and is", "it")
+                } else {
+                    ("Nodes", "hold", "They keep their podCIDRs and are", "them")
+                };
+                format!(
+                    "{nodes} {nodes_word} ({}{more}) {hold} {family} podCIDRs outside every {family} --cluster-cidr ({}), e.g. {example}: a cluster CIDR removed from --cluster-cidr? {they_keep} skipped (event {}); add the range back to --cluster-cidr to have {them} tracked again",
+                    names.join(", "),
+                    listed.join(", "),
+                    reasons::POD_CIDR_OUT_OF_RANGE
+                )
+            })
+            .collect()
+    }
 }
 
 /// Log or note lines for `findings`: one per configuration finding, and per kind of Node
@@ -640,6 +715,72 @@ mod tests {
             "{message}"
         );
         assert!(!message.contains("e.g."), "{message}");
+    }
+
+    /// R10 and R11 with several cluster CIDRs per family: judged by family (the first entry's
+    /// family first), whatever the number of CIDRs.
+    #[test]
+    fn r10_r11_with_several_cluster_cidrs_per_family() {
+        let ipam = config(
+            "10.244.0.0/16,10.245.0.0/16,fd00:10:244::/56",
+            "10.96.0.0/12",
+            None,
+        );
+        assert!(
+            node_findings(&ipam, &view("ok", &["10.245.2.0/24", "fd00:10:244:1::/64"])).is_empty()
+        );
+        assert_eq!(
+            node_findings(&ipam, &view("v4-only", &["10.245.1.0/24"])),
+            [Finding::MissingFamily {
+                node: "v4-only".into(),
+                missing: cidr("fd00:10:244::/56"),
+            }]
+        );
+        assert!(matches!(
+            node_findings(
+                &ipam,
+                &view("v6-first", &["fd00:10:244::/64", "10.245.0.0/24"])
+            )[..],
+            [Finding::FamilyOrder { .. }]
+        ));
+        // Two IPv4 CIDRs and no IPv6: single-stack, neither applies.
+        let single = config("10.244.0.0/16,10.245.0.0/16", "10.96.0.0/12", None);
+        assert!(node_findings(&single, &view("v4-only", &["10.245.1.0/24"])).is_empty());
+    }
+
+    /// The start-up count of Nodes outside every cluster CIDR of their family: per family, up to
+    /// three names, the family's cluster CIDRs; Nodes inside one, or of no configured family, are
+    /// not counted.
+    #[test]
+    fn outside_cluster_cidrs_are_counted_per_family() {
+        let ipam = config("10.20.0.0/23,fd00:20::/56,10.30.0.0/24", "", Some(64));
+        let allocator = crate::reconcile::Allocator::new(&ipam).expect("pool");
+        let mut outside = OutsideClusterCidrs::default();
+        for (name, cidrs) in [
+            ("a", &["10.10.0.0/24", "fd00:20::/64"][..]),
+            ("b", &["10.10.1.0/24"][..]),
+            ("c", &["10.20.0.0/24"][..]),
+            ("d", &["10.10.2.0/24", "fd00:99::/64"][..]),
+            ("e", &["10.10.3.0/24"][..]),
+            ("garbage", &["not a CIDR"][..]),
+        ] {
+            outside.observe(&allocator, &view(name, cidrs));
+        }
+        assert_eq!(outside.count(Family::V4), 4);
+        assert_eq!(outside.count(Family::V6), 1);
+        let cluster_cidrs: Vec<Cidr> = ipam.cluster_cidrs.iter().map(|c| c.cluster_cidr).collect();
+        assert_eq!(
+            outside.lines(&cluster_cidrs),
+            [
+                "4 Nodes (a, b, d and 1 more) hold IPv4 podCIDRs outside every IPv4 --cluster-cidr (10.20.0.0/23, 10.30.0.0/24), e.g. 10.10.0.0/24: a cluster CIDR removed from --cluster-cidr? They keep their podCIDRs and are skipped (event PodCIDROutOfRange); add the range back to --cluster-cidr to have them tracked again",
+                "1 Node (d) holds IPv6 podCIDRs outside every IPv6 --cluster-cidr (fd00:20::/56), e.g. fd00:99::/64: a cluster CIDR removed from --cluster-cidr? It keeps its podCIDRs and is skipped (event PodCIDROutOfRange); add the range back to --cluster-cidr to have it tracked again",
+            ]
+        );
+        assert!(
+            OutsideClusterCidrs::default()
+                .lines(&cluster_cidrs)
+                .is_empty()
+        );
     }
 
     #[test]

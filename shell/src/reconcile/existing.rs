@@ -133,11 +133,29 @@ impl Allocator {
         let mut occupied = Vec::new();
         let mut held = Vec::new();
         for cidr in skip.reservable.iter().copied() {
-            if let Ok(blocks) = self.pool.occupy(cidr) {
-                held.push(cidr);
-                if blocks > 0 {
-                    occupied.extend(self.occupied_metric(cidr, blocks));
+            // Each cluster CIDR it overlaps, with the part of it there (the cluster CIDR itself
+            // when it is wider), so each occupy is counted against its own cluster CIDR.
+            let parts: Vec<Cidr> = self
+                .pool
+                .sets()
+                .iter()
+                .map(|set| set.cluster_cidr())
+                .filter(|cluster| cluster.overlaps(&cidr))
+                .map(|cluster| {
+                    if cidr.prefix_len() <= cluster.prefix_len() {
+                        cluster
+                    } else {
+                        cidr
+                    }
+                })
+                .collect();
+            for part in &parts {
+                if let Ok(blocks @ 1..) = self.pool.occupy(*part) {
+                    occupied.extend(self.occupied_metric(*part, blocks));
                 }
+            }
+            if !parts.is_empty() {
+                held.push(cidr);
             }
         }
         let decision = skip_reported(node, skip.kind, skip.reason.clone()).after_metrics(occupied);
@@ -199,11 +217,7 @@ impl Allocator {
         let reservable = parsed
             .iter()
             .copied()
-            .filter(|c| {
-                self.pool
-                    .set_for(c.family())
-                    .is_some_and(|s| s.block_range(*c).is_ok())
-            })
+            .filter(|c| self.pool.set_index_of(*c).is_some())
             .collect();
         let reason = match kind {
             SkipKind::Invalid => format!("spec.podCIDRs {}: {error}", join(parsed)),
@@ -225,8 +239,10 @@ impl Allocator {
             // collecting and sorting every record per Node took a minute for 10k Nodes).
             let surely_free = self
                 .pool
-                .set_for(cidr.family())
-                .is_some_and(|set| matches!(set.allocated_in(*cidr), Ok(0)));
+                .sets()
+                .iter()
+                .filter(|set| set.cluster_cidr().overlaps(cidr))
+                .all(|set| matches!(set.allocated_in(*cidr), Ok(0)));
             if surely_free {
                 continue;
             }

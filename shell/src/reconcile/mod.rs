@@ -38,7 +38,9 @@
 
 use std::collections::HashMap;
 
-use nodeipam_core::{AllocError, Cidr, CidrSet, FreeBlock, IpamConfig, Pool, storage_words_for};
+use nodeipam_core::{
+    AllocError, Cidr, CidrSet, FreeBlock, IpamConfig, MAX_CLUSTER_CIDRS, Pool, storage_words_for,
+};
 
 use crate::compact::Uid;
 use crate::node_pools::Sizing;
@@ -136,7 +138,8 @@ impl NodeRecord {
 /// copies it per pass; the model checker, `shell/tests/model_check.rs`, branches on it).
 #[derive(Debug, Clone)]
 pub struct Allocator {
-    pool: Pool<Vec<u64>>,
+    /// One set per `--cluster-cidr` entry, flag order (several per family: issue 18 §1).
+    pool: Pool<Vec<u64>, MAX_CLUSTER_CIDRS>,
     service_cidrs: Vec<Cidr>,
     nodes: HashMap<NodeName, NodeRecord>,
     /// Served records in [`RecordState::Skipped`] (kept in step by [`Allocator::put`],
@@ -149,10 +152,11 @@ pub struct Allocator {
     label_refusals: HashMap<NodeName, (Option<Box<str>>, String)>,
     /// Bumped whenever what the Nodes hold changes ([`Allocator::put`], [`Allocator::take`]).
     holdings_generation: u64,
-    /// The last clause of [`Allocator::space_holders`]: `(holdings_generation, cluster CIDR,
-    /// clause)`. While the pool is full nothing is held anew, so every further failure reuses it
-    /// instead of looking through every record again (O(1) per failing Node, not O(held)).
-    space_holders_memo: Option<(u64, Cidr, String)>,
+    /// The clauses of [`Allocator::space_holders`] computed at `holdings_generation`, one per
+    /// cluster CIDR asked about. While the pool is full nothing is held anew, so every further
+    /// failure reuses them instead of looking through every record again (O(1) per failing Node
+    /// and exhausted cluster CIDR, not O(held)).
+    space_holders_memo: Option<(u64, Vec<(Cidr, String)>)>,
     /// Records [`Allocator::space_holders`] has looked through, in total (its cost, for tests).
     space_holders_visited: u64,
 }
@@ -176,17 +180,18 @@ impl Allocator {
     /// As [`Allocator::new`]; [`AllocError::InvalidNodeMaskSize`] or
     /// [`AllocError::TooManyBlocks`] for a sizing not built from this configuration.
     pub fn with_sizing(config: &IpamConfig, sizing: Sizing) -> Result<Allocator, AllocError> {
-        let mut sets = config.cluster_cidrs.iter().map(|c| {
-            let grid = sizing
-                .set_for(c.cluster_cidr.family())
-                .filter(|s| s.cluster_cidr == c.cluster_cidr)
-                .map_or(c.node_mask_size, |s| s.grid_mask);
-            let words = storage_words_for(c.cluster_cidr.prefix_len(), grid);
-            CidrSet::new(c.cluster_cidr, grid, vec![0u64; words])
-        });
-        let first = sets.next().ok_or(AllocError::NoClusterCidr)??;
-        let second = sets.next().transpose()?;
-        let mut pool = Pool::new(first, second)?;
+        let sets = config
+            .cluster_cidrs
+            .iter()
+            .map(|c| {
+                let grid = sizing
+                    .set_of(c.cluster_cidr)
+                    .map_or(c.node_mask_size, |s| s.grid_mask);
+                let words = storage_words_for(c.cluster_cidr.prefix_len(), grid);
+                CidrSet::new(c.cluster_cidr, grid, vec![0u64; words])
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut pool = Pool::from_sets(sets)?;
         for service_cidr in &config.service_cidrs {
             pool.reserve_service_cidr(*service_cidr)?;
         }
@@ -502,10 +507,24 @@ impl Allocator {
         quiet
     }
 
+    /// The cluster CIDR `cidr` lies in (the first it overlaps, flag order).
     fn cluster_cidr_of(&self, cidr: Cidr) -> Option<Cidr> {
         self.pool
-            .set_for(cidr.family())
+            .set_index_of(cidr)
+            .and_then(|index| self.pool.sets().get(index))
             .map(|set| set.cluster_cidr())
+    }
+
+    /// Of a Node's podCIDRs, those of a family that has cluster CIDRs but lying outside all of
+    /// them (e.g. from a `--cluster-cidr` entry removed since): such a Node is skipped as out of
+    /// range, and start-up counts them per family.
+    pub fn outside_cluster_cidrs(&self, pod_cidrs: &[Cidr]) -> Vec<Cidr> {
+        pod_cidrs
+            .iter()
+            .copied()
+            .filter(|c| self.pool.set_for(c.family()).is_some())
+            .filter(|c| self.pool.set_index_of(*c).is_none())
+            .collect()
     }
 }
 
@@ -557,3 +576,6 @@ mod node_pool_tests;
 
 #[cfg(test)]
 mod selector_tests;
+
+#[cfg(test)]
+mod cluster_cidrs_tests;

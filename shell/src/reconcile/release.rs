@@ -69,8 +69,20 @@ impl Allocator {
     /// a service CIDR still overlaps. Returns one metric per cluster CIDR that freed blocks.
     fn release_cidrs(&mut self, cidrs: &[Cidr]) -> Vec<MetricEvent> {
         let mut metrics: Vec<MetricEvent> = Vec::new();
-        for cidr in cidrs {
-            let Some(set) = self.pool.set_for(cidr.family()) else {
+        // Each cluster CIDR a CIDR overlaps (one, unless it is wider than a cluster CIDR).
+        let overlapping: Vec<(usize, Cidr)> = cidrs
+            .iter()
+            .flat_map(|cidr| {
+                self.pool
+                    .sets()
+                    .iter()
+                    .enumerate()
+                    .filter(move |(_, set)| set.cluster_cidr().overlaps(cidr))
+                    .map(move |(index, _)| (index, *cidr))
+            })
+            .collect();
+        for (set_index, cidr) in &overlapping {
+            let Some(set) = self.pool.sets().get(*set_index) else {
                 continue;
             };
             let Ok((begin, end)) = set.block_range(*cidr) else {
@@ -90,7 +102,7 @@ impl Allocator {
             for (first, last) in uncovered_runs(begin, end, &mut covered) {
                 blocks += self
                     .pool
-                    .release_blocks(cidr.family(), first, last)
+                    .release_blocks_at(*set_index, first, last)
                     .unwrap_or(0);
             }
             if blocks > 0 {

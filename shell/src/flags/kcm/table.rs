@@ -72,7 +72,7 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
     flag("cloud-config-secret-name", Value, AzureCcm, Ignored(CLOUD)),
     flag("cloud-config-secret-namespace", Value, AzureCcm, Ignored(CLOUD)),
     flag("cloud-provider", Value, Both, Ignored(CLOUD)),
-    flag("cluster-cidr", Value, Both, Implemented("as kcm")),
+    flag("cluster-cidr", Value, Both, Implemented("as kcm, and more than one CIDR per family (at most 8 in all, none overlapping; kcm refuses a second of a family): within a family they are used in the order given, a later one only when the earlier ones have no free block of the size a Node needs; the first entry's family is `spec.podCIDR`'s; the mask-size flags apply per family, to each CIDR of it (see [Growing the pod network](#growing-the-pod-network))")),
     flag("cluster-name", Value, Both, Ignored(
         "names cloud resources; this controller does not use it")),
     flag("cluster-signing-cert-file", Value, Kcm, Ignored(OTHER_CONTROLLER)),
