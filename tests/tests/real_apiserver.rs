@@ -51,6 +51,7 @@ mod crd;
 mod deploy;
 mod fidelity;
 mod secure;
+mod several_cidrs;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
