@@ -296,3 +296,41 @@ async fn podcidrs_set_by_someone_else_during_our_patch() {
     check_end_state(&sb, &ipam, &[], &summary);
     sb.shutdown().await;
 }
+
+/// A 404 that is not kube-apiserver's NotFound for a Node (the sandbox's injected 404 has no
+/// `details`, as a proxy's page or a route that is not served) says nothing about the Node. Read
+/// as "gone", it dropped the record of a Node that still exists and left it unserved for good
+/// ("the API server says this Node object is gone; waiting for the watch to catch up" — the watch
+/// never shows a deletion that did not happen; found by a hostile run). Now its reservation is
+/// kept and the same block is sent again.
+#[tokio::test]
+async fn a_404_that_is_not_about_the_node_keeps_its_reservation() {
+    init_tracing();
+    let sb = Sandbox::start(fixture(AWS)).await;
+    sb.inject(FaultRule::new(Verb::Patch, Resource::Nodes, 2, FaultAction::Status(404)).named(A));
+    let ipam = ipam("10.10.0.0/22", "", masks(None, None, None));
+    let controller = spawn(&sb, fast_config(ipam.clone()));
+    controller.wait_allocating(&sb).await;
+    assert!(
+        sb.wait_until(WAIT, |sb| unserved(sb).is_empty()).await,
+        "unserved {:?}: a Node answered 404 by something other than the API server must still be served",
+        unserved(&sb)
+    );
+    let patches = node_patches(&sb);
+    let sent: Vec<(Option<u16>, String)> = patches[A]
+        .iter()
+        .map(|(s, b)| (*s, b.as_ref().unwrap()["spec"]["podCIDRs"].to_string()))
+        .collect();
+    assert_eq!(
+        sent.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+        [Some(404), Some(404), Some(200)],
+        "{sent:?}"
+    );
+    assert!(
+        sent.windows(2).all(|w| w[0].1 == w[1].1),
+        "the kept reservation is re-sent unchanged: {sent:?}"
+    );
+    assert_eq!(pod_cidrs(&sb, A).len(), 1);
+    let summary = controller.stop().await;
+    check_end_state(&sb, &ipam, &[], &summary);
+}

@@ -125,7 +125,8 @@ fn build_request(
 ///
 /// | answer | outcome |
 /// |---|---|
-/// | 404 NotFound | [`PatchOutcome::NotFound`] |
+/// | 404 NotFound about `nodes` (`details.kind`) | [`PatchOutcome::NotFound`] |
+/// | any other 404 (no `Status`, another reason or kind: a proxy, a wrong route) | `Unknown`: nothing says the Node is gone, so its reservation is kept and the Node read again |
 /// | 422 Invalid, cause on `spec.podCIDR(s)` | [`PatchOutcome::CannotApply`] `PodCidrsAlreadySet` (`ValidateNodeUpdate`: podCIDRs may only change from empty) |
 /// | 422 Invalid, cause on `metadata.uid` | `CannotApply` `NodeReplaced` (`ValidateObjectMetaUpdate`: uid is immutable) |
 /// | other 422 | `CannotApply` `Invalid` |
@@ -151,11 +152,25 @@ pub fn classify_error(error: &kube::Error) -> PatchOutcome {
     }
 }
 
+/// Whether a 404 is kube-apiserver's answer for a Node that does not exist: reason `NotFound`
+/// and `details.kind` `nodes` (what `errors.NewNotFound` sends; checked on the real server by
+/// the fidelity suite's PATCH of a missing Node). Any other 404 — a proxy's page, a route that is
+/// not served — says nothing about the Node, and reading it as "gone" would drop the record of a
+/// Node that still exists (found by a hostile run).
+fn is_node_not_found(status: &Status) -> bool {
+    status.reason == "NotFound" && status.details.as_ref().is_some_and(|d| d.kind == "nodes")
+}
+
 /// The outcome an error `Status` from the API server stands for (see [`classify_error`]).
 pub fn classify_status(status: &Status) -> PatchOutcome {
     let message = format!("{} {}: {}", status.code, status.reason, status.message);
     match status.code {
-        404 => PatchOutcome::NotFound,
+        404 if is_node_not_found(status) => PatchOutcome::NotFound,
+        404 => PatchOutcome::Unknown {
+            message: format!(
+                "{message} (a 404 that is not kube-apiserver's NotFound for a Node: treated as unknown, the Node is read again)"
+            ),
+        },
         422 => {
             let fields: Vec<&str> = status
                 .details
@@ -222,6 +237,20 @@ mod tests {
     fn status_codes_map_to_outcomes() {
         let label = |s: Status| classify_status(&s).metric_label();
         assert_eq!(label(status(404, "NotFound", &[], 0)), "not_found");
+        // A 404 that is not the API server's NotFound for a Node says nothing about the Node.
+        let mut proxy = Status::failure("404 page not found", "").with_code(404);
+        assert_eq!(label(proxy.clone()), "unknown_outcome");
+        proxy.reason = "NotFound".to_owned();
+        assert_eq!(
+            label(proxy),
+            "unknown_outcome",
+            "no details: not about a Node"
+        );
+        let mut route = status(404, "NotFound", &[], 0);
+        if let Some(details) = route.details.as_mut() {
+            details.kind = "leases".to_owned();
+        }
+        assert_eq!(label(route), "unknown_outcome");
         assert_eq!(
             label(status(422, "Invalid", &["spec.podCIDRs"], 0)),
             "pod_cidrs_already_set"
