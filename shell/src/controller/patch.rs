@@ -156,8 +156,8 @@ pub fn classify_error(error: &kube::Error) -> PatchOutcome {
 /// and `details.kind` `nodes` (what `errors.NewNotFound` sends; checked on the real server by
 /// the fidelity suite's PATCH of a missing Node). Any other 404 — a proxy's page, a route that is
 /// not served — says nothing about the Node, and reading it as "gone" would drop the record of a
-/// Node that still exists (found by a hostile run).
-fn is_node_not_found(status: &Status) -> bool {
+/// Node that still exists (found by a hostile run). The re-read's GET follows the same rule.
+pub fn is_node_not_found(status: &Status) -> bool {
     status.reason == "NotFound" && status.details.as_ref().is_some_and(|d| d.kind == "nodes")
 }
 

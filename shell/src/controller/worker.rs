@@ -485,8 +485,8 @@ impl Shared {
     /// GETs Node `name` and decides on what the API server shows (`None` if the GET failed).
     async fn reread(&self, name: &NodeName, uid: Option<&str>) -> Option<Decision> {
         self.limiter.acquire().await;
-        let read =
-            tokio::time::timeout(self.settings.request_timeout, self.api.get_opt(name)).await;
+        let get = async { read_outcome(self.api.get(name).await) };
+        let read = tokio::time::timeout(self.settings.request_timeout, get).await;
         match read {
             Ok(Ok(Some(node))) => Some(self.decided(name, |allocator| {
                 let in_doubt = in_doubt(allocator, name);
@@ -607,6 +607,17 @@ fn log_settled(
     }
 }
 
+/// A re-read's GET as "the Node" / "no such Node" / failed. Not `kube::Api::get_opt`: it reads
+/// any 404 as "no such object", where only kube-apiserver's NotFound about a Node says so
+/// ([`super::patch::is_node_not_found`]); another 404 (a proxy's page) is a failed read, retried.
+fn read_outcome<T>(got: Result<T, kube::Error>) -> Result<Option<T>, kube::Error> {
+    match got {
+        Ok(node) => Ok(Some(node)),
+        Err(kube::Error::Api(status)) if super::patch::is_node_not_found(&status) => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use nodeipam_core::NodeMaskFlags;
@@ -614,6 +625,34 @@ mod tests {
     use super::*;
 
     use crate::test_support::{LogBuffer as Buffer, node_view as view};
+
+    #[test]
+    fn only_the_api_servers_not_found_about_a_node_reads_as_no_node() {
+        use kube::core::Status;
+        use kube::core::response::StatusDetails;
+        let api = |status: Status| read_outcome::<()>(Err(kube::Error::Api(Box::new(status))));
+        let mut not_found = Status::failure("nodes \"n\" not found", "NotFound").with_code(404);
+        not_found.details = Some(StatusDetails {
+            name: "n".to_owned(),
+            group: String::new(),
+            kind: "nodes".to_owned(),
+            uid: String::new(),
+            causes: Vec::new(),
+            retry_after_seconds: 0,
+        });
+        assert!(matches!(api(not_found), Ok(None)));
+        let proxy = Status::failure("404 page not found", "").with_code(404);
+        assert!(
+            matches!(api(proxy), Err(kube::Error::Api(_))),
+            "a proxy's 404 is a failed read"
+        );
+        let bare = Status::failure("injected fault", "NotFound").with_code(404);
+        assert!(
+            matches!(api(bare), Err(kube::Error::Api(_))),
+            "NotFound about nothing"
+        );
+        assert!(matches!(read_outcome::<u8>(Ok(7)), Ok(Some(7))));
+    }
 
     /// A `Shared` around `allocator` whose client answers every request with 500 (the tests
     /// below make no request), an empty informer cache and a fresh queue.
