@@ -1,21 +1,24 @@
-//! The C allocator's one setting we change: glibc malloc's mmap threshold, fixed at 128 KiB.
+//! The C allocator's one setting we change: glibc malloc's mmap threshold, fixed at 1 MiB.
 //!
 //! Why: glibc raises the threshold at run time (up to 32 MiB on 64-bit) to the size of every
 //! mmapped block that is freed (`malloc/malloc.c`, "dynamic mmap threshold"). The informer's cache
 //! and the allocator's index are hash tables that grow by doubling (at 150,000 Nodes the last
-//! steps are 6, 12 and 24 MiB tables), so after the first table is freed every later table of
-//! up to that size comes from the heap instead of its own mapping, and the freed old tables stay
-//! resident as free lists that the many small per-Node blocks fill only in part. With the
-//! threshold fixed, every block of 128 KiB or more is its own mapping, returned to the kernel the
+//! steps are 6, 12 and 24 MiB tables), so after the first large table is freed every later table
+//! of up to that size comes from the heap instead of its own mapping, and the freed old tables
+//! stay resident as free lists that the many small per-Node blocks fill only in part. With the
+//! threshold fixed, every block of 1 MiB or more is its own mapping, returned to the kernel the
 //! moment it is freed. Measured at 150,000 Nodes (BENCHMARKS.md, "150,000 Nodes: the peak RSS
-//! goal"): the peak RSS fell by ~6 MiB with the index pre-sized, with no measurable CPU cost.
+//! goal"): 6–7 MiB less peak RSS.
 //!
-//! 128 KiB is glibc's own initial value (`DEFAULT_MMAP_THRESHOLD_MIN`); setting it only turns the
-//! dynamic adjustment off (`mallopt(3)`: "setting M_MMAP_THRESHOLD … disables the dynamic
+//! Why 1 MiB and not glibc's initial 128 KiB: at 128 KiB the controller used ~10 % more CPU at
+//! 50,000 Nodes (blocks between 128 KiB and 1 MiB it allocates and frees again and again were
+//! mapped and unmapped each time; which ones was not profiled), at 1 MiB it did not; the tables
+//! that matter are far larger than 1 MiB. Setting the threshold turns
+//! the dynamic adjustment off (`mallopt(3)`: "setting M_MMAP_THRESHOLD … disables the dynamic
 //! adjustment"). Other C libraries (musl) and other systems are left as they are.
 
-/// The fixed mmap threshold, bytes: glibc's initial default (`DEFAULT_MMAP_THRESHOLD_MIN`).
-pub const MMAP_THRESHOLD_BYTES: i32 = 128 * 1024;
+/// The fixed mmap threshold, bytes (see the module doc for why this value).
+pub const MMAP_THRESHOLD_BYTES: i32 = 1024 * 1024;
 
 /// Fixes glibc malloc's mmap threshold at [`MMAP_THRESHOLD_BYTES`] (see the module doc). Call it
 /// once, first thing in `main`. Returns whether the setting was applied: `false` where the C
