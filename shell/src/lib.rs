@@ -12,6 +12,7 @@
 //! - [`client`]: the Kubernetes client configuration from the flags; [`kube_error`]: reading the
 //!   client's errors; [`health`]: health, readiness and the `/metrics` router;
 //! - [`leader`]: leader election over a Lease and the write fence;
+//! - [`malloc`]: glibc malloc's mmap threshold, fixed (peak RSS at scale);
 //! - [`controller`]: the tokio/kube-rs runner, [`controller::run`];
 //! - [`serving`]: the secure port (HTTPS, delegated authentication and authorization).
 //!
@@ -28,6 +29,7 @@ pub mod health;
 pub mod kube_error;
 pub mod leader;
 pub mod logging;
+pub mod malloc;
 pub mod metric_names;
 pub mod metrics;
 pub mod node_pools;

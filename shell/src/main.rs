@@ -11,6 +11,8 @@ use nodeipam::startup;
 use nodeipam_core::IpamConfig;
 
 fn main() -> ExitCode {
+    // Before anything is allocated in bulk (see the module's doc for why and what it saved).
+    nodeipam::malloc::fix_mmap_threshold();
     let argv = std::env::args_os().map(|a| a.to_string_lossy().into_owned());
     let Parsed { cli, ignored } = match flags::parse_from(argv) {
         Ok(parsed) => parsed,

@@ -316,7 +316,9 @@ impl Informer {
     ) -> (String, Option<WatchStream>) {
         self.delay.reset();
         let count = fresh.len();
-        for name in self.outputs.cache.replace(fresh) {
+        let touched = self.outputs.cache.replace(fresh);
+        self.outputs.queue.reserve(touched.len());
+        for name in touched {
             self.outputs.queue.add(name);
         }
         // A consistent list includes every write acknowledged before it.

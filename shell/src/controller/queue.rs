@@ -159,6 +159,17 @@ impl WorkQueue {
         metrics::gauge!(metric_names::WORKQUEUE_DEPTH).set(state.ready_len() as f64);
     }
 
+    /// Makes room for `additional` more queued names at once (every Node of a list about to be
+    /// queued), so the ready list and the dirty set are not grown by doubling while they are
+    /// added: the ready list gets exactly the room asked for instead of the next power of two (at
+    /// 150,000 Nodes 2.3 MiB instead of 4 MiB), and neither keeps an old copy beside the new one.
+    /// Changes nothing else: what is queued, and in which order, is up to the adds that follow.
+    pub fn reserve(&self, additional: usize) {
+        let mut state = self.state();
+        state.ready.reserve(additional);
+        state.dirty.reserve(additional);
+    }
+
     /// Queues `name` unless it is already waiting (or processing: then it is queued again when
     /// [`WorkQueue::done`]). Never waits. Ignored after [`WorkQueue::shut_down`].
     pub fn add(&self, name: NodeName) {
@@ -327,6 +338,35 @@ mod tests {
             timeout(FOREVER, queue.get()).await.is_err(),
             "no second delivery"
         );
+    }
+
+    /// A reserved burst: the ready list gets exactly the room asked for (one by one it grows to
+    /// the next power of two, 1,024 here), and the adds that follow keep their order and
+    /// de-duplication.
+    #[tokio::test(start_paused = true)]
+    async fn reserve_sizes_a_burst_exactly_and_changes_no_order() {
+        let queue = WorkQueue::new();
+        queue.reserve(1000);
+        let names: Vec<NodeName> = (0..1000).map(|i| n(&format!("node-{i}"))).collect();
+        for name in names.iter().chain(&names[..10]) {
+            queue.add(name.clone());
+        }
+        {
+            let state = queue.state();
+            assert!(
+                (1000..1024).contains(&state.ready.capacity()),
+                "ready capacity {}",
+                state.ready.capacity()
+            );
+            assert!(state.dirty.capacity() >= 1000);
+        }
+        assert_eq!(queue.len(), 1000);
+        for want in &names {
+            let got = get(&queue).await;
+            assert_eq!(&got, want);
+            queue.done(&got);
+        }
+        assert!(queue.is_empty());
     }
 
     /// One Node name is never handed to two workers at once; an add during processing is kept

@@ -101,7 +101,7 @@ impl Allocator {
                 self.put(
                     node.name.clone(),
                     NodeRecord {
-                        held: pod_cidrs.clone(),
+                        held: pod_cidrs.as_slice().into(),
                         state: RecordState::Pending(PendingWrite::default()),
                         ahead_of_informer: false,
                         served: true,

@@ -63,13 +63,13 @@ impl Allocator {
             let entering = served && !record.served;
             match &record.state {
                 RecordState::Held | RecordState::Pending(_)
-                    if parsed.as_deref() == Some(record.held.as_slice()) =>
+                    if parsed.as_deref() == Some(&*record.held) =>
                 {
                     // Seen again, or our own PATCH observed before its response: now confirmed.
                     record.state = RecordState::Held;
                     record.uid = uid.map(Into::into);
                     let mut decision = Decision::new(Action::Keep {
-                        pod_cidrs: record.held.clone(),
+                        pod_cidrs: record.held.to_vec(),
                     });
                     self.set_served(&node.name, served);
                     if entering {
@@ -112,7 +112,7 @@ impl Allocator {
         self.put(
             node.name.clone(),
             NodeRecord {
-                held: pod_cidrs.clone(),
+                held: pod_cidrs.as_slice().into(),
                 state: RecordState::Held,
                 uid: node.uid.as_deref().map(Into::into),
                 ahead_of_informer: false,
@@ -162,7 +162,7 @@ impl Allocator {
         self.put(
             node.name.clone(),
             NodeRecord {
-                held,
+                held: held.into_boxed_slice(),
                 state: RecordState::Skipped(Box::new(SkipInfo {
                     raw,
                     kind: skip.kind,

@@ -108,9 +108,15 @@ struct SkipInfo {
     reason: String,
 }
 
+/// One Node's entry in the allocator's index: 64 bytes on 64-bit targets (the index is a hash
+/// table of these, keyed by name, with about twice as many buckets as Nodes after growth: every
+/// byte here is ~0.5 MiB at 150,000 Nodes), plus the held CIDRs' block.
 #[derive(Debug, Clone)]
 struct NodeRecord {
-    held: Vec<Cidr>,
+    /// What the record reserves in the pool: one block per cluster CIDR for a Node we allocated
+    /// or that has podCIDRs, any number for a skipped one. A boxed slice (16 bytes, allocated to
+    /// the exact length), not a `Vec` (24).
+    held: Box<[Cidr]>,
     state: RecordState,
     uid: Option<Uid>,
     /// The record was last decided on what the API server answered (a GET, a PATCH response),
@@ -243,7 +249,7 @@ impl Allocator {
         self.nodes
             .get(name)
             .filter(|r| r.state != RecordState::Gone)
-            .map(|r| r.held.as_slice())
+            .map(|r| &*r.held)
     }
 
     /// Whether Node `name` has a pending (not yet confirmed) allocation.
@@ -302,8 +308,8 @@ impl Allocator {
         Some(record)
     }
 
-    /// Makes room for `additional` more Node records at once (e.g. the Nodes with podCIDRs of a
-    /// list about to be occupied), so the index is not grown, old and new table side by side,
+    /// Makes room for `additional` more Node records at once (e.g. every Node of a list about to
+    /// be occupied and allocated), so the index is not grown, old and new table side by side,
     /// while they are added (at 60,000 records that transient was ~6 MB).
     pub fn reserve_nodes(&mut self, additional: usize) {
         self.nodes.reserve(additional);
@@ -386,13 +392,13 @@ impl Allocator {
                             reason: deleting_reason(),
                         });
                     }
-                    return Decision::assign(record.held.clone(), uid);
+                    return Decision::assign(record.held.to_vec(), uid);
                 }
                 // podCIDRs cannot be removed once set: a stale view of the same Node (e.g. the
                 // informer has not delivered our own PATCH yet). Nothing to do.
                 RecordState::Held if same_object && uid.is_some() => {
                     return Decision::new(Action::Keep {
-                        pod_cidrs: record.held.clone(),
+                        pod_cidrs: record.held.to_vec(),
                     });
                 }
                 RecordState::Gone if same_object => {

@@ -185,7 +185,7 @@ impl Allocator {
         let record = self.nodes.get(write.name)?;
         match record.state {
             RecordState::Pending(pending)
-                if record.is_for(write.uid) && record.held == write.pod_cidrs =>
+                if record.is_for(write.uid) && *record.held == *write.pod_cidrs =>
             {
                 Some(pending)
             }
@@ -321,7 +321,8 @@ impl Allocator {
     pub fn confirm(&mut self, name: &str, pod_cidrs: &[Cidr]) -> bool {
         match self.nodes.get_mut(name) {
             Some(record)
-                if matches!(record.state, RecordState::Pending(_)) && record.held == pod_cidrs =>
+                if matches!(record.state, RecordState::Pending(_))
+                    && *record.held == *pod_cidrs =>
             {
                 record.state = RecordState::Held;
                 true

@@ -31,7 +31,7 @@ impl Allocator {
             .nodes
             .get(name)
             .filter(|r| r.state != RecordState::Gone)
-            .map(|r| r.held.clone())
+            .map(|r| r.held.to_vec())
             .unwrap_or_default();
         let metrics = self.forget(name);
         self.label_refusals.remove(name);
@@ -47,7 +47,7 @@ impl Allocator {
         self.put(
             name.into(),
             NodeRecord {
-                held: Vec::new(),
+                held: Box::default(),
                 state: RecordState::Gone,
                 uid: uid.map(Into::into),
                 ahead_of_informer: false,
