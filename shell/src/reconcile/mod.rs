@@ -579,3 +579,6 @@ mod selector_tests;
 
 #[cfg(test)]
 mod cluster_cidrs_tests;
+
+#[cfg(test)]
+mod cluster_cidrs_hostile_tests;
