@@ -66,3 +66,44 @@ fn a_pod_cidr_spanning_two_cluster_cidrs_leaves_the_overlapped_nodes_their_block
         );
     }
 }
+
+/// Fixture 13 (kind dual-stack: 10.244.0.0/24, fd00:10:244::/64) plus a second Node with the same
+/// IPv6 podCIDR and an IPv4 one (10.245.1.0/24) in the second IPv4 cluster CIDR: the second is skipped, its IPv4
+/// block still reserved; when the first Node goes, neither block the second holds is handed out.
+#[test]
+fn a_pod_cidr_shared_across_nodes_of_different_cluster_cidrs_is_never_handed_out() {
+    let path = format!(
+        "{}/../fixtures/nodes/13-kind-dualstack-single-node-abridged.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).expect("fixture readable");
+    let mut list: serde_json::Value = serde_json::from_str(&text).expect("fixture is JSON");
+    let mut second = list["items"][0].clone();
+    second["metadata"]["name"] = "second".into();
+    second["metadata"]["uid"] = "uid-second".into();
+    second["spec"]["podCIDR"] = "10.245.1.0/24".into();
+    second["spec"]["podCIDRs"] = serde_json::json!(["10.245.1.0/24", "fd00:10:244::/64"]);
+    list["items"].as_array_mut().expect("items").push(second);
+    let nodes: Vec<NodeView> = crate::nodelist::parse_nodes(&list.to_string())
+        .expect("a NodeList")
+        .iter()
+        .map(NodeView::from_node)
+        .collect();
+    // Two IPv4 /24s in the first CIDR, so new Nodes reach the second; 8 IPv6 /64s.
+    let mut a = allocator("10.244.0.0/23,fd00:10:244::/61,10.245.0.0/16");
+    let decisions = a.startup_occupy(&nodes);
+    assert!(
+        matches!(decisions[1].1.action, Action::Skip { .. }),
+        "{decisions:?}"
+    );
+    a.remove(&nodes[0].name);
+    let handed = drain(&mut a);
+    // Seven Nodes (the IPv6 /64s but the held one), the last five from 10.245.0.0/16.
+    assert_eq!(handed.len(), 14, "{handed:?}");
+    for held in ["fd00:10:244::/64", "10.245.1.0/24"] {
+        assert!(
+            !handed.iter().any(|c| c.overlaps(&cidr(held))),
+            "{held} is still on Node second but was handed out again: {handed:?}"
+        );
+    }
+}
