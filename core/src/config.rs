@@ -160,6 +160,17 @@ pub enum ConfigError {
         /// The cluster CIDR it applies to.
         cluster_cidr: Cidr,
     },
+    /// An entry of a comma list (`--cluster-cidr`, `--service-cluster-ip-range`) is empty: a
+    /// leading or trailing comma, or two in a row (`a,,b`). kube-controller-manager refuses it too
+    /// (`netutils.ParseCIDRs` fails on the empty string); this says where.
+    EmptyEntry {
+        /// The flag, e.g. `--cluster-cidr`.
+        flag: &'static str,
+        /// 0-based position in the comma list.
+        index: u8,
+        /// How many entries the list has, the empty ones included.
+        count: usize,
+    },
     /// An entry of `--service-cluster-ip-range` is not a CIDR.
     ServiceCidrInvalid {
         /// 0-based position in the comma list.
@@ -183,13 +194,27 @@ impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ConfigError::ClusterCidrMissing => f.write_str(
-                "--cluster-cidr is required when --allocate-node-cidrs=true: give one CIDR, or one IPv4 and one IPv6 separated by a comma",
+                "--cluster-cidr is required when --allocate-node-cidrs=true: give one CIDR, or several separated by commas (at most 8; both families for dual-stack)",
             ),
             ConfigError::ClusterCidrInvalid { index, error } => write!(
                 f,
                 "--cluster-cidr entry {} is invalid ({error}); write e.g. --cluster-cidr=10.244.0.0/16,fd00:10:244::/56",
                 index + 1
             ),
+            ConfigError::EmptyEntry { flag, index, count } => {
+                let position = if usize::from(*index) + 1 == *count {
+                    "a trailing comma"
+                } else if *index == 0 {
+                    "a leading comma"
+                } else {
+                    "two commas in a row"
+                };
+                write!(
+                    f,
+                    "{flag} entry {} of {count} is empty ({position}); remove it",
+                    index + 1
+                )
+            }
             ConfigError::ClusterCidrIpv4Mapped { index } => write!(
                 f,
                 "--cluster-cidr entry {} overlaps the IPv4-mapped IPv6 range ::ffff:0:0/96; write an IPv4 range as IPv4 (e.g. 10.244.0.0/16) and pick an IPv6 range outside it",
@@ -226,6 +251,30 @@ impl fmt::Display for ConfigError {
                     "{flag} is not allowed for a single-stack {cluster} --cluster-cidr; use --node-cidr-mask-size"
                 )
             }
+            ConfigError::NodeMaskSizeOutOfRange { .. }
+            | ConfigError::NodeMaskSizeTooManyBlocks { .. } => self.fmt_node_mask_size(f),
+            ConfigError::ServiceCidrInvalid { index, error } => write!(
+                f,
+                "--service-cluster-ip-range entry {} is invalid ({error}); write e.g. --service-cluster-ip-range=10.96.0.0/12",
+                index + 1
+            ),
+            ConfigError::TooManyServiceCidrs { count } => write!(
+                f,
+                "--service-cluster-ip-range has {count} entries; at most 2 are allowed (one IPv4 and one IPv6)"
+            ),
+            ConfigError::ServiceCidrsNotDualStack { family } => write!(
+                f,
+                "--service-cluster-ip-range has two {family} entries; two entries must be one IPv4 and one IPv6"
+            ),
+        }
+    }
+}
+
+impl ConfigError {
+    /// The message of [`ConfigError::NodeMaskSizeOutOfRange`] and
+    /// [`ConfigError::NodeMaskSizeTooManyBlocks`]: the flag (or the default) and the valid range.
+    fn fmt_node_mask_size(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             ConfigError::NodeMaskSizeOutOfRange {
                 flag,
                 defaulted,
@@ -265,19 +314,7 @@ impl fmt::Display for ConfigError {
                     node_mask_size.saturating_sub(cluster_cidr.prefix_len()),
                 )
             }
-            ConfigError::ServiceCidrInvalid { index, error } => write!(
-                f,
-                "--service-cluster-ip-range entry {} is invalid ({error}); write e.g. --service-cluster-ip-range=10.96.0.0/12",
-                index + 1
-            ),
-            ConfigError::TooManyServiceCidrs { count } => write!(
-                f,
-                "--service-cluster-ip-range has {count} entries; at most 2 are allowed (one IPv4 and one IPv6)"
-            ),
-            ConfigError::ServiceCidrsNotDualStack { family } => write!(
-                f,
-                "--service-cluster-ip-range has two {family} entries; two entries must be one IPv4 and one IPv6"
-            ),
+            _ => Ok(()),
         }
     }
 }
@@ -294,13 +331,13 @@ fn node_mask_size_range(cluster_cidr: &Cidr) -> (u8, u8) {
 
 impl core::error::Error for ConfigError {}
 
-/// A comma list of at most two CIDRs, parsed upstream-style (host bits cleared, reported).
+/// A comma list of at most `N` CIDRs, parsed upstream-style (host bits cleared, reported).
 /// Each entry is read with [`Cidr::parse_sloppy`], as kube-controller-manager reads these flags
 /// (`netutils.ParseCIDRs` → `ParseCIDRSloppy`): `010.0.0.0/16` is 10.0.0.0/16, leading zeros read
-/// as decimal. An empty entry is a syntax error, like kube-controller-manager's `ParseCIDRs`.
+/// as decimal. An empty entry is refused ([`ConfigError::EmptyEntry`]), as kube-controller-manager's `ParseCIDRs`.
 /// Why a comma list was rejected: the entry count, and the first bad entry (index, cause) if the
-/// count itself was fine.
-type ListError = (usize, Option<(u8, CidrError)>);
+/// count itself was fine; the cause is `None` for an empty entry.
+type ListError = (usize, Option<(u8, Option<CidrError>)>);
 
 fn parse_cidr_list<const N: usize>(text: &str) -> Result<Vec<(Cidr, bool), N>, ListError> {
     let count = text.split(',').count();
@@ -309,11 +346,14 @@ fn parse_cidr_list<const N: usize>(text: &str) -> Result<Vec<(Cidr, bool), N>, L
     }
     let mut out = Vec::new();
     for (index, entry) in text.split(',').enumerate() {
+        if entry.trim().is_empty() {
+            return Err((count, Some((index as u8, None))));
+        }
         match Cidr::parse_sloppy(entry.trim()) {
             Ok(parsed) => {
                 let _ = out.push(parsed);
             }
-            Err(error) => return Err((count, Some((index as u8, error)))),
+            Err(error) => return Err((count, Some((index as u8, Some(error))))),
         }
     }
     Ok(out)
@@ -325,7 +365,7 @@ fn parse_cidr_list<const N: usize>(text: &str) -> Result<Vec<(Cidr, bool), N>, L
 ///
 /// # Errors
 /// [`ConfigError::ClusterCidrMissing`], [`ConfigError::ClusterCidrInvalid`],
-/// [`ConfigError::TooManyClusterCidrs`], [`ConfigError::ClusterCidrIpv4Mapped`],
+/// [`ConfigError::EmptyEntry`], [`ConfigError::TooManyClusterCidrs`], [`ConfigError::ClusterCidrIpv4Mapped`],
 /// [`ConfigError::ClusterCidrsOverlap`] (the first overlapping pair, by the later entry's
 /// position).
 pub fn parse_cluster_cidrs(
@@ -335,7 +375,12 @@ pub fn parse_cluster_cidrs(
         return Err(ConfigError::ClusterCidrMissing);
     }
     let list = parse_cidr_list(text).map_err(|(count, error)| match error {
-        Some((index, error)) => ConfigError::ClusterCidrInvalid { index, error },
+        Some((index, Some(error))) => ConfigError::ClusterCidrInvalid { index, error },
+        Some((index, None)) => ConfigError::EmptyEntry {
+            flag: "--cluster-cidr",
+            index,
+            count,
+        },
         None => ConfigError::TooManyClusterCidrs { count },
     })?;
     for (index, (cidr, _)) in list.iter().enumerate() {
@@ -363,14 +408,19 @@ pub fn parse_cluster_cidrs(
 /// of different families. Host bits are cleared.
 ///
 /// # Errors
-/// [`ConfigError::ServiceCidrInvalid`], [`ConfigError::TooManyServiceCidrs`],
+/// [`ConfigError::ServiceCidrInvalid`], [`ConfigError::EmptyEntry`], [`ConfigError::TooManyServiceCidrs`],
 /// [`ConfigError::ServiceCidrsNotDualStack`].
 pub fn parse_service_cidrs(text: &str) -> Result<Vec<Cidr, 2>, ConfigError> {
     if text.trim().is_empty() {
         return Ok(Vec::new());
     }
     let list = parse_cidr_list::<2>(text).map_err(|(count, error)| match error {
-        Some((index, error)) => ConfigError::ServiceCidrInvalid { index, error },
+        Some((index, Some(error))) => ConfigError::ServiceCidrInvalid { index, error },
+        Some((index, None)) => ConfigError::EmptyEntry {
+            flag: "--service-cluster-ip-range",
+            index,
+            count,
+        },
         None => ConfigError::TooManyServiceCidrs { count },
     })?;
     if let [(a, _), (b, _)] = list.as_slice()
@@ -728,6 +778,73 @@ mod tests {
             let message = got.to_string();
             assert!(message.contains(text), "{message:?} lacks {text:?}");
         }
+    }
+
+    /// An empty entry (a trailing comma, `a,,b`, a lone comma, blanks between commas) is refused
+    /// naming the flag, its position and what it probably is, instead of "not a CIDR" (hostile-run
+    /// finding: the old message named an entry the operator could not see). Checked before the
+    /// overlap rule, after the count.
+    #[test]
+    fn empty_entries_are_named_as_such() {
+        let none = flags(None, None, None);
+        let cases: &[(&str, &str, ConfigError, &str)] = &[
+            (
+                "10.0.0.0/16,",
+                "",
+                ConfigError::EmptyEntry {
+                    flag: "--cluster-cidr",
+                    index: 1,
+                    count: 2,
+                },
+                "--cluster-cidr entry 2 of 2 is empty (a trailing comma); remove it",
+            ),
+            (
+                "10.0.0.0/16,,10.1.0.0/16",
+                "",
+                ConfigError::EmptyEntry {
+                    flag: "--cluster-cidr",
+                    index: 1,
+                    count: 3,
+                },
+                "--cluster-cidr entry 2 of 3 is empty (two commas in a row); remove it",
+            ),
+            (
+                " , 10.1.0.0/16",
+                "",
+                ConfigError::EmptyEntry {
+                    flag: "--cluster-cidr",
+                    index: 0,
+                    count: 2,
+                },
+                "--cluster-cidr entry 1 of 2 is empty (a leading comma); remove it",
+            ),
+            (
+                "10.0.0.0/16",
+                "10.96.0.0/12,",
+                ConfigError::EmptyEntry {
+                    flag: "--service-cluster-ip-range",
+                    index: 1,
+                    count: 2,
+                },
+                "--service-cluster-ip-range entry 2 of 2 is empty (a trailing comma); remove it",
+            ),
+        ];
+        for (cluster, service, want, text) in cases {
+            let got = validate(cluster, service, none).unwrap_err();
+            assert_eq!(got, *want, "{cluster:?} / {service:?}");
+            assert_eq!(got.to_string(), *text);
+        }
+        // Nine entries, one empty: the count is the first thing said.
+        assert_eq!(
+            validate(
+                "10.0.0.0/16,,10.2.0.0/16,10.3.0.0/16,10.4.0.0/16,10.5.0.0/16,10.6.0.0/16,10.7.0.0/16,10.8.0.0/16",
+                "",
+                none
+            ),
+            Err(ConfigError::TooManyClusterCidrs { count: 9 })
+        );
+        // Blanks around real entries are still accepted (kcm trims only the whole flag).
+        assert!(validate(" 10.0.0.0/16 ,\t10.1.0.0/16", "", none).is_ok());
     }
 
     /// The node mask size errors name the flag the user typed, or the one to set when the default

@@ -355,7 +355,7 @@ fn alerts_cover_usage_exhaustion_and_patch_failures_with_real_metric_names() {
             .find(|a| metric_names_in(&a.expr).iter().any(|n| n == metric))
             .unwrap_or_else(|| panic!("an alert on {metric}"))
     };
-    assert!(by_metric(m::CIDRSET_USAGE_CIDRS).expr.contains("> 0.9"));
+    assert!(by_metric(m::CIDRSET_USED_BLOCKS).expr.contains("> 0.9"));
     assert!(
         by_metric(m::CIDRSET_EXHAUSTED_TOTAL)
             .expr
@@ -373,6 +373,57 @@ fn alerts_cover_usage_exhaustion_and_patch_failures_with_real_metric_names() {
         assert!(alert.labels.contains_key("severity"), "{}", alert.alert);
         assert!(alert.annotations.contains_key("summary"), "{}", alert.alert);
     }
+}
+
+/// The usage alert is per address family, over all its cluster CIDRs: with several per family
+/// (issue 18 §1) the earlier ones are full by design while a later one serves, and the old
+/// per-`clusterCIDR` ratio fired for good (hostile-run finding). Checked on the parsed
+/// expression: a ratio of two sums grouped by `family` alone, compared with 0.9, the family
+/// derived from `clusterCIDR`.
+#[test]
+fn the_pool_usage_alert_is_per_family_not_per_cluster_cidr() {
+    use promql_parser::parser::{Expr, LabelModifier};
+    let docs = rendered("overlays/prometheus");
+    let rule: PrometheusRule = round_trip(named(&docs, "PrometheusRule", "nodeipam-controller"));
+    let alert = rule
+        .spec
+        .groups
+        .iter()
+        .flat_map(|g| &g.rules)
+        .find(|a| a.alert == "NodeIpamPoolUsageHigh")
+        .expect("the usage alert");
+    let expr = &alert.expr;
+    let parsed = promql_parser::parser::parse(expr)
+        .unwrap_or_else(|e| panic!("{expr}: not valid PromQL: {e}"));
+    let Expr::Binary(compare) = &parsed else {
+        panic!("{expr}: not a comparison");
+    };
+    assert!(
+        matches!(&*compare.rhs, Expr::NumberLiteral(n) if n.val == 0.9),
+        "{expr}: not compared with 0.9"
+    );
+    let Expr::Binary(ratio) = &*compare.lhs else {
+        panic!("{expr}: the compared value is not a ratio");
+    };
+    for side in [&ratio.lhs, &ratio.rhs] {
+        let Expr::Aggregate(sum) = &**side else {
+            panic!("{expr}: {side:?} is not an aggregation");
+        };
+        let grouping = match &sum.modifier {
+            Some(LabelModifier::Include(labels)) => labels.labels.clone(),
+            other => panic!("{expr}: grouped {other:?}"),
+        };
+        assert_eq!(grouping, ["family"], "{expr}");
+    }
+    assert!(
+        expr.contains(r#""family", "IPv6", "clusterCIDR", ".*:.*""#),
+        "{expr}: the family is not derived from clusterCIDR"
+    );
+    assert!(
+        alert.annotations["summary"].contains("$labels.family"),
+        "{:?}",
+        alert.annotations
+    );
 }
 
 /// The metric names every selector of a PromQL expression names, parsed by a PromQL parser (so a

@@ -585,3 +585,6 @@ mod selector_tests;
 
 #[cfg(test)]
 mod cluster_cidrs_tests;
+
+#[cfg(test)]
+mod cluster_cidrs_hostile_tests;
