@@ -20,6 +20,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::checks::{AllocationMonitor, check_patches, pool_usage};
+use super::phases::{PhaseTimes, SettleWait};
 use super::plan::{Action, CHURN_LABEL, FINALIZER, NodeSpec, Plan, block, block_count, templates};
 use crate::invariants::{ClusterSpec, ControllerView, check, name_of, pod_cidrs_of};
 use crate::monitor::OverlapMonitor;
@@ -27,6 +28,11 @@ use crate::sandbox::{FaultRule, PatchType, Replicas, Sandbox, SandboxHandle, San
 
 /// How long the end phase may take to settle (debug build, shared cores: generous).
 pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// How often the end phase checks whether everything has settled.
+const SETTLE_POLL: Duration = Duration::from_millis(50);
+/// How long the end phase must find everything settled, at every check, before it stops the
+/// controllers (the first check after this long ends it).
+const SETTLE_CONFIRM: Duration = Duration::from_millis(200);
 /// How long a clean stop may take (in-flight writes are bounded by the request timeout).
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 /// A replica that exited after losing the Lease is replaced this much later (a pod restart).
@@ -63,6 +69,8 @@ pub struct SeedReport {
     pub elapsed_ms: u128,
     /// Wall time of the end phase (faults cleared → settled), ms.
     pub settle_ms: u128,
+    /// Where the wall time went, phase by phase (start-up included, unlike `elapsed_ms`).
+    pub phases: PhaseTimes,
     /// What the driver did and saw (as in a [`SeedFailure`]).
     pub log: Vec<String>,
 }
@@ -73,7 +81,7 @@ impl fmt::Display for SeedReport {
             f,
             "seed {} ok: {} Nodes created, {} at the end ({} served, {} unservable), {} commits \
              checked ({} assignments), {} PATCHes, {} late writes, {} fault rules, {} starts, \
-             {} kills, {} ms ({} ms to settle)",
+             {} kills, {} ms ({} ms to settle); phases: {}",
             self.seed,
             self.nodes_created,
             self.nodes_at_end,
@@ -87,7 +95,8 @@ impl fmt::Display for SeedReport {
             self.starts,
             self.kills,
             self.elapsed_ms,
-            self.settle_ms
+            self.settle_ms,
+            self.phases
         )
     }
 }
@@ -262,6 +271,7 @@ fn is_leadership_error(e: &nodeipam::Error) -> bool {
 /// # Errors
 /// [`SeedFailure`] with every violation found.
 pub async fn run_plan(plan: &Plan) -> Result<SeedReport, SeedFailure> {
+    let entered = Instant::now();
     let network = plan.network();
     let ipam = network.ipam();
     let spec = cluster_spec(&ipam);
@@ -310,15 +320,35 @@ pub async fn run_plan(plan: &Plan) -> Result<SeedReport, SeedFailure> {
         },
     };
     driver.start_replicas();
+    driver.report.phases.start = entered.elapsed();
+    // The schedule's clock: a step is due its gap after the previous step was due, so neither
+    // the timer's rounding (a sleep ends on the next millisecond tick or later) nor the actions'
+    // own time adds up over hundreds of steps (they did: 0.2–0.5 s per seed past the plan). An
+    // action that waits (for a late write to be taken, a stop, a quiescent point) restarts the
+    // clock when it ends, so the steps after it keep their gaps, as before.
+    let mut due = Instant::now();
     for (index, step) in plan.steps.iter().enumerate() {
-        driver.pause(step.gap).await;
+        let at = Instant::now();
+        due += step.gap;
+        driver.pause_until(due).await;
+        driver.report.phases.gaps += at.elapsed();
+        let (at, waited) = (Instant::now(), driver.action_waits());
         driver.apply(index, &step.action).await;
+        let waits = driver.action_waits().saturating_sub(waited);
+        driver.report.phases.actions += at.elapsed().saturating_sub(waits);
+        if !waits.is_zero() {
+            due = Instant::now();
+        }
     }
     let summary = driver.settle_and_stop().await;
+    let at = Instant::now();
     driver.final_checks(summary.as_ref(), &overlap, &allocation);
+    driver.report.phases.checks = at.elapsed();
+    let at = Instant::now();
     overlap.detach(&driver.sb);
     allocation.detach(&driver.sb);
     driver.sb.shutdown().await;
+    driver.report.phases.shutdown = at.elapsed();
     driver.report.elapsed_ms = driver.started.elapsed().as_millis();
     if driver.violations.is_empty() {
         driver.report.log = driver.log;
@@ -334,6 +364,12 @@ pub async fn run_plan(plan: &Plan) -> Result<SeedReport, SeedFailure> {
 }
 
 impl Driver<'_> {
+    /// The schedule's waits so far that are not the actions' own work (see [`PhaseTimes`]).
+    fn action_waits(&self) -> Duration {
+        let p = &self.report.phases;
+        p.late_write_waits + p.stops + p.idle_waits
+    }
+
     fn note(&mut self, text: impl Into<String>) {
         let ms = self.started.elapsed().as_secs_f64() * 1000.0;
         self.log.push(format!("[{ms:>8.1} ms] {}", text.into()));
@@ -417,9 +453,8 @@ impl Driver<'_> {
         }
     }
 
-    /// Waits `d`, reaping replicas meanwhile.
-    async fn pause(&mut self, d: Duration) {
-        let until = Instant::now() + d;
+    /// Waits until `until` (not at all if it has passed), reaping replicas meanwhile.
+    async fn pause_until(&mut self, until: Instant) {
         loop {
             self.supervise().await;
             let now = Instant::now();
@@ -571,7 +606,9 @@ impl Driver<'_> {
                         "stopping chaos-replica-{}{why}",
                         self.replicas[index].id
                     ));
+                    let at = Instant::now();
                     let _ = self.stop_replica(index).await;
+                    self.report.phases.stops += at.elapsed();
                 }
             }
             Action::Start => self.start_replicas(),
@@ -599,10 +636,23 @@ impl Driver<'_> {
         };
         self.sb.inject(rule.clone());
         self.report.faults += 1;
-        if self.wait_until_fired(rule).await {
-            " with a late write in flight".to_owned()
+        let (at, patches) = (Instant::now(), self.sb.summary().patches);
+        let fired = self.wait_until_fired(rule).await;
+        let waited = at.elapsed();
+        self.report.phases.late_write_waits += waited;
+        let ms = waited.as_millis();
+        if fired {
+            format!(" with a late write in flight (taken after {ms} ms)")
         } else {
-            " (no PATCH took the late write within 2 s)".to_owned()
+            format!(
+                " (no PATCH took the late write within 2 s: {} PATCH(es) meanwhile, {})",
+                self.sb.summary().patches - patches,
+                if self.leader_index().is_some() {
+                    "a replica leading"
+                } else {
+                    "no replica leading"
+                }
+            )
         }
     }
 
@@ -634,11 +684,16 @@ impl Driver<'_> {
 
     /// See [`Action::QuiesceAndAddForeign`].
     async fn quiesce_and_add_foreign(&mut self, step: usize, count: usize, first: usize) {
+        let at = Instant::now();
         while !self.replicas.is_empty() {
             let _ = self.stop_replica(0).await;
         }
+        self.report.phases.stops += at.elapsed();
         self.respawn_at = None;
-        if !self.wait_idle(Duration::from_secs(10)).await {
+        let at = Instant::now();
+        let idle = self.wait_idle(Duration::from_secs(10)).await;
+        self.report.phases.idle_waits += at.elapsed();
+        if !idle {
             self.note(format!(
                 "quiescent point: the sandbox is not idle ({:?}); no foreign Nodes added",
                 self.sb.in_flight()
@@ -705,7 +760,7 @@ impl Driver<'_> {
 
     /// The end phase: faults cleared, terminating Nodes let go, controllers running; waits until
     /// every late write has run, every servable Node is served (or the pool is full) and the
-    /// leader's pool usage equals the blocks the Nodes hold, twice in a row 200 ms apart; then
+    /// leader's pool usage equals the blocks the Nodes hold, at every check (every 50 ms) for 200 ms; then
     /// stops the standbys and the leader. Returns the leader's summary.
     async fn settle_and_stop(&mut self) -> Option<RunSummary> {
         self.sb.clear_faults();
@@ -728,18 +783,36 @@ impl Driver<'_> {
             self.start_replicas();
         }
         let until = Instant::now() + SETTLE_TIMEOUT;
-        let mut settled_once = false;
+        // Settled at every check since this instant (checks every SETTLE_POLL: a change is seen
+        // within 50 ms instead of 200 ms, and the state must hold at every check of the
+        // SETTLE_CONFIRM window, not only at its two ends).
+        let mut settled_since: Option<Instant> = None;
+        // What the last check waited for, and when it was made: the time until the next check
+        // is counted against it (the time before the first check against what that one finds).
+        let mut previous: Option<SettleWait> = None;
+        let mut last = settle_started;
         loop {
             self.supervise().await;
             if self.replicas.len() < self.plan.replicas && self.respawn_at.is_none() {
                 self.start_replicas();
             }
-            match self.unsettled() {
-                None if settled_once => break,
-                None => settled_once = true,
-                Some(why) => {
-                    settled_once = false;
-                    if Instant::now() >= until {
+            let found = self.unsettled();
+            let now = Instant::now();
+            let current = found
+                .as_ref()
+                .map_or(SettleWait::Confirm, |(wait, _)| *wait);
+            self.report
+                .phases
+                .add_settle(previous.unwrap_or(current), now - last);
+            (previous, last) = (Some(current), now);
+            match found {
+                None if settled_since.is_some_and(|t| now - t >= SETTLE_CONFIRM) => break,
+                None => {
+                    settled_since.get_or_insert(now);
+                }
+                Some((_, why)) => {
+                    settled_since = None;
+                    if now >= until {
                         self.violation(format!(
                             "not settled {SETTLE_TIMEOUT:?} after the faults ended: {why}"
                         ));
@@ -747,10 +820,11 @@ impl Driver<'_> {
                     }
                 }
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(SETTLE_POLL).await;
         }
         self.note("settled");
         self.report.settle_ms = settle_started.elapsed().as_millis();
+        let stopping = Instant::now();
         // Standbys first, so the leader's summary is the last word.
         let mut summary = None;
         while let Some(index) = self
@@ -765,25 +839,32 @@ impl Driver<'_> {
                 summary = s;
             }
         }
+        self.report.phases.final_stop = stopping.elapsed();
         if summary.is_none() && self.violations.is_empty() {
             self.violation("no leader's summary at the end");
         }
         summary
     }
 
-    /// `None` when settled, else why not. Cheap checks first; the oracle (every Node read and
+    /// `None` when settled, else what it waits for and why. Cheap checks first; the oracle (every Node read and
     /// counted) only when they pass, and only again after a write (reading hundreds of Nodes holds
     /// the store's lock, and a debug build on shared cores has little time to spare).
-    fn unsettled(&mut self) -> Option<String> {
+    fn unsettled(&mut self) -> Option<(SettleWait, String)> {
         let in_flight = self.sb.in_flight();
         if in_flight.late_writes > 0 {
-            return Some(format!("{} late write(s) pending", in_flight.late_writes));
+            return Some((
+                SettleWait::LateWrites,
+                format!("{} late write(s) pending", in_flight.late_writes),
+            ));
         }
         let Some(leader) = self.leader_index() else {
-            return Some("no replica is leading".to_owned());
+            return Some((SettleWait::NoLeader, "no replica is leading".to_owned()));
         };
         if !self.replicas[leader].health.is_ready() {
-            return Some("the leader is not ready".to_owned());
+            return Some((
+                SettleWait::LeaderNotReady,
+                "the leader is not ready".to_owned(),
+            ));
         }
         let summary = self.sb.summary();
         let unserved = summary.nodes.saturating_sub(summary.nodes_with_pod_cidrs);
@@ -792,7 +873,7 @@ impl Driver<'_> {
             block_count(cluster, *mask) < self.plan.nodes_created() as u128 + 64
         });
         if unserved > 0 && !might_be_full {
-            return Some(format!("{unserved} Node(s) unserved"));
+            return Some((SettleWait::Unserved, format!("{unserved} Node(s) unserved")));
         }
         let usage = match &self.oracle {
             Some(o) if o.resource_version == summary.resource_version => o.usage.clone(),
@@ -822,8 +903,9 @@ impl Driver<'_> {
                 .as_ref()
                 .map(|o| o.unserved.clone())
                 .unwrap_or_default();
-            return Some(format!(
-                "{unserved} Node(s) unserved with free blocks, e.g. {names:?}"
+            return Some((
+                SettleWait::Unserved,
+                format!("{unserved} Node(s) unserved with free blocks, e.g. {names:?}"),
             ));
         }
         let controller: Vec<u64> = self.replicas[leader]
@@ -834,8 +916,11 @@ impl Driver<'_> {
             .collect();
         let oracle: Vec<u64> = usage.iter().map(|(used, _)| *used).collect();
         if controller != oracle {
-            return Some(format!(
-                "the leader counts {controller:?} blocks in use, the Nodes hold {oracle:?}"
+            return Some((
+                SettleWait::Usage,
+                format!(
+                    "the leader counts {controller:?} blocks in use, the Nodes hold {oracle:?}"
+                ),
             ));
         }
         None

@@ -78,7 +78,7 @@
 //! election, exiting after losing the Lease is expected; the replica is replaced).
 //!
 //! After quiescence (faults cleared, terminating Nodes let go, controllers running, every late
-//! write run, the leader's pool usage equal to the blocks the Nodes hold, twice 200 ms apart),
+//! write run, the leader's pool usage equal to the blocks the Nodes hold, at every check for 200 ms),
 //! with the last leader stopped cleanly and its `RunSummary` compared with the Nodes
 //! ([`crate::invariants::check`]): 5. every servable Node is served — unless a cluster CIDR is
 //! full, when waiting is legitimate; 6. no overlap, every podCIDR inside a cluster CIDR and
@@ -94,6 +94,7 @@
 
 mod checks;
 mod driver;
+mod phases;
 mod plan;
 
 pub use checks::{AllocationMonitor, Assignment, allocation_problem, check_patches, pool_usage};
@@ -101,6 +102,7 @@ pub use driver::{
     SETTLE_TIMEOUT, SeedFailure, SeedReport, build_node, cluster_spec, controller_view, run_plan,
     run_seed,
 };
+pub use phases::{PhaseTimes, SettleWait};
 pub use plan::{
     Action, CHURN_LABEL, FINALIZER, ForeignKind, LeaseTiming, NETWORKS, Network, NodeSpec, Plan,
     Step, TEMPLATE_FIXTURES, Template, block, block_count, family_bits, templates,
