@@ -30,6 +30,18 @@ impl std::io::Write for LogBuffer {
     }
 }
 
+/// Runs `f` with a plain-text tracing subscriber writing into a buffer; returns what `f` logged.
+pub(crate) fn logged(f: impl FnOnce()) -> String {
+    let buffer = LogBuffer::default();
+    let writer = buffer.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    tracing::subscriber::with_default(subscriber, f);
+    buffer.text()
+}
+
 /// The view of a Node `name` holding `pod_cidrs` (uid `uid-<name>`, no labels, not deleting).
 pub(crate) fn node_view(name: &str, pod_cidrs: &[&str]) -> NodeView {
     NodeView {

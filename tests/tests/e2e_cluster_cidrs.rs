@@ -10,28 +10,12 @@
 mod common;
 
 use common::{
-    WAIT, check_end_state, events_with_reason, fast_config, init_tracing, ipam, masks,
-    node_patches, pod_cidrs, spawn, unserved,
+    WAIT, all_pod_cidrs, check_end_state, events_with_reason, fast_config, init_tracing, ipam,
+    masks, node_patches, pod_cidrs, spawn, unserved,
 };
-use nodeipam_tests::invariants::name_of;
-use nodeipam_tests::sandbox::{Sandbox, SandboxHandle, fixture};
+use nodeipam_tests::sandbox::{Sandbox, fixture};
 
 const FIXTURE: &str = "05-aws-4nodes-no-podcidr.json";
-
-/// Every Node's name and podCIDRs (sorted by name).
-fn all_pod_cidrs(sb: &SandboxHandle) -> Vec<(String, Vec<String>)> {
-    let mut out: Vec<(String, Vec<String>)> = sb
-        .nodes()
-        .iter()
-        .map(|n| {
-            let name = name_of(n);
-            let cidrs = pod_cidrs(sb, &name);
-            (name, cidrs)
-        })
-        .collect();
-    out.sort();
-    out
-}
 
 /// A dual-stack cluster whose IPv4 range holds two /24s for four Nodes: two are served, two wait
 /// with `CIDRNotAvailable` (and get no IPv6 block either: all or nothing). Restarted with a second

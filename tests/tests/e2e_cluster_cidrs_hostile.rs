@@ -13,32 +13,14 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    WAIT, assert_no_cidr_handed_out_twice, check_end_state, fast_config, init_tracing, ipam,
-    late_write_first_patch, masks, node_like, node_patches, pod_cidrs, spawn, spawn_as,
-    template_node, unserved,
+    WAIT, all_pod_cidrs, assert_no_cidr_handed_out_twice, check_end_state, fast_config,
+    init_tracing, ipam, late_write_then_hang, masks, node_like, node_patches, pod_cidrs, spawn,
+    spawn_as, template_node, unserved,
 };
 use nodeipam::controller::RunSummary;
-use nodeipam_tests::invariants::name_of;
-use nodeipam_tests::sandbox::{
-    FaultAction, FaultRule, LateAnswer, Resource, Sandbox, SandboxHandle, Verb, fixture,
-};
+use nodeipam_tests::sandbox::{Sandbox, SandboxHandle, fixture};
 
 const FIXTURE: &str = "05-aws-4nodes-no-podcidr.json";
-
-/// Every Node's name and podCIDRs (sorted by name).
-fn all_pod_cidrs(sb: &SandboxHandle) -> Vec<(String, Vec<String>)> {
-    let mut out: Vec<(String, Vec<String>)> = sb
-        .nodes()
-        .iter()
-        .map(|n| {
-            let name = name_of(n);
-            let cidrs = pod_cidrs(sb, &name);
-            (name, cidrs)
-        })
-        .collect();
-    out.sort();
-    out
-}
 
 /// `(cluster CIDR, used blocks)` per pool row of a run, flag order.
 fn pool_rows(summary: &RunSummary) -> Vec<(String, u32)> {
@@ -163,21 +145,7 @@ async fn kill_9_while_allocating_from_the_second_cidr_then_reordered_flags() {
     assert!(sb.wait_until(WAIT, |sb| unserved(sb).is_empty()).await);
     // The third Node's first PATCH is applied 900 ms late (its answer: a dropped connection);
     // every re-send hangs.
-    late_write_first_patch(
-        &sb,
-        "late",
-        Duration::from_millis(900),
-        LateAnswer::DropConnection,
-    );
-    sb.inject(
-        FaultRule::new(
-            Verb::Patch,
-            Resource::Nodes,
-            1000,
-            FaultAction::Hang(Duration::from_secs(10)),
-        )
-        .named("late"),
-    );
+    late_write_then_hang(&sb, "late", Duration::from_millis(900));
     sb.create_node(node_like(&template, "late")).unwrap();
     assert!(
         sb.wait_until(WAIT, |sb| sb.pending_faults().len() == 1)

@@ -11,12 +11,10 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    WAIT, agent, election, fast_config, init_tracing, ipam, late_write_first_patch, masks,
-    node_like, pod_cidrs, spawn_as,
+    WAIT, agent, election, fast_config, init_tracing, ipam, late_write_then_hang, masks, node_like,
+    pod_cidrs, spawn_as,
 };
-use nodeipam_tests::sandbox::{
-    FaultAction, FaultRule, LateAnswer, Resource, Sandbox, SandboxHandle, Verb, fixture,
-};
+use nodeipam_tests::sandbox::{Resource, Sandbox, SandboxHandle, Verb, fixture};
 use serde_json::{Value, json};
 
 const AWS: &str = "05-aws-4nodes-no-podcidr.json";
@@ -29,21 +27,7 @@ fn sandbox_nodes() -> Value {
 
 /// The PATCH of LATE is applied late (after the kill); every re-send hangs.
 fn hold_the_patch(sb: &SandboxHandle) {
-    late_write_first_patch(
-        sb,
-        LATE,
-        Duration::from_millis(900),
-        LateAnswer::DropConnection,
-    );
-    sb.inject(
-        FaultRule::new(
-            Verb::Patch,
-            Resource::Nodes,
-            1000,
-            FaultAction::Hang(Duration::from_secs(10)),
-        )
-        .named(LATE),
-    );
+    late_write_then_hang(sb, LATE, Duration::from_millis(900));
 }
 
 /// Requests from `name` at or after position `from` of the log, as `verb resource`.

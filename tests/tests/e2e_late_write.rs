@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use common::{
     WAIT, check_end_state, events_with_reason, fast_config, init_tracing, ipam,
-    late_write_first_patch, masks, node_like, node_patches, pod_cidrs, spawn, unserved,
+    late_write_first_patch, late_write_then_hang, masks, node_like, node_patches, pod_cidrs, spawn,
+    unserved,
 };
 use nodeipam::reasons;
 use nodeipam_tests::monitor::OverlapMonitor;
@@ -220,22 +221,8 @@ async fn a_restarted_controller_does_not_allocate_before_its_start_up_fence() {
     let ipam = ipam("10.30.0.0/22", "", masks(None, None, None));
     let mut config = fast_config(ipam.clone());
     config.request_timeout = Duration::from_secs(2);
-    late_write_first_patch(
-        &sb,
-        LATE,
-        Duration::from_millis(1500),
-        LateAnswer::DropConnection,
-    );
     // Its re-sends hang until the kill, so LATE still has no podCIDRs then.
-    sb.inject(
-        FaultRule::new(
-            Verb::Patch,
-            Resource::Nodes,
-            1000,
-            FaultAction::Hang(Duration::from_secs(10)),
-        )
-        .named(LATE),
-    );
+    late_write_then_hang(&sb, LATE, Duration::from_millis(1500));
     let first = spawn(&sb, config.clone());
     assert!(
         sb.wait_until(WAIT, |sb| late_write_outcomes(sb, LATE).len() >= 2)

@@ -624,7 +624,7 @@ mod tests {
 
     use super::*;
 
-    use crate::test_support::{LogBuffer as Buffer, node_view as view};
+    use crate::test_support::{logged, node_view as view};
 
     #[test]
     fn only_the_api_servers_not_found_about_a_node_reads_as_no_node() {
@@ -830,13 +830,7 @@ mod tests {
             NodeMaskFlags::default(),
         )
         .expect("valid");
-        let buffer = Buffer::default();
-        let writer = buffer.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        tracing::subscriber::with_default(subscriber, || {
+        let text = logged(|| {
             let shared = shared(Allocator::new(&config).expect("pool"));
             for (name, cidr) in [("a", "10.244.0.0/24"), ("b", "10.245.0.0/24")] {
                 let kept = lock(&shared.allocator).decide(&view(name, &[cidr]));
@@ -857,8 +851,8 @@ mod tests {
             shared.apply(&"b2".into(), None, &kept);
             fail(&shared);
         });
-        let warnings = buffer.text().matches("cluster CIDR exhausted").count();
-        assert_eq!(warnings, 2, "{}", buffer.text());
+        let warnings = text.matches("cluster CIDR exhausted").count();
+        assert_eq!(warnings, 2, "{text}");
     }
 
     /// The watch settling a write whose PATCH ended with an unknown outcome logs the assignment
@@ -868,13 +862,7 @@ mod tests {
     fn a_write_settled_by_the_watch_is_logged() {
         let config = nodeipam_core::config::validate("10.244.0.0/16", "", NodeMaskFlags::default())
             .expect("valid");
-        let buffer = Buffer::default();
-        let writer = buffer.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        tracing::subscriber::with_default(subscriber, || {
+        let text = logged(|| {
             let mut allocator = Allocator::new(&config).expect("pool");
             for (name, seen) in [("e", "10.244.0.0/24"), ("f", "10.244.7.0/24")] {
                 let Action::Assign { pod_cidrs, .. } = allocator.decide(&view(name, &[])).action
@@ -892,7 +880,6 @@ mod tests {
                 log_settled(&allocator, &name, doubt, &decision, "the watch");
             }
         });
-        let text = buffer.text();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 1, "{text}");
         assert!(

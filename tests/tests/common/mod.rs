@@ -336,6 +336,37 @@ pub fn late_write_first_patch(
     );
 }
 
+/// The first PATCH of Node `name` is applied `commit_after` late (its client sees a dropped
+/// connection) and every re-send hangs for 10 s: the Node has no podCIDRs until the late write
+/// lands — a kill or a stop with a write in flight.
+pub fn late_write_then_hang(sb: &SandboxHandle, name: &str, commit_after: Duration) {
+    late_write_first_patch(sb, name, commit_after, LateAnswer::DropConnection);
+    sb.inject(
+        FaultRule::new(
+            Verb::Patch,
+            Resource::Nodes,
+            1000,
+            FaultAction::Hang(Duration::from_secs(10)),
+        )
+        .named(name),
+    );
+}
+
+/// Every Node's name and podCIDRs, sorted by name.
+pub fn all_pod_cidrs(sb: &SandboxHandle) -> Vec<(String, Vec<String>)> {
+    let mut out: Vec<(String, Vec<String>)> = sb
+        .nodes()
+        .iter()
+        .map(|n| {
+            let name = nodeipam_tests::invariants::name_of(n);
+            let cidrs = pod_cidrs(sb, &name);
+            (name, cidrs)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// The first Node of a fixture.
 pub fn template_node(file: &str) -> Value {
     nodeipam_tests::sandbox::fixture(file)["items"][0].clone()
