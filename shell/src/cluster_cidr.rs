@@ -82,8 +82,8 @@ pub enum ClusterCidrError {
         field: &'static str,
         /// The text as written.
         text: String,
-        /// `IPv4` or `IPv6`.
-        family: &'static str,
+        /// The family the field takes (shown as `IPv4` / `IPv6`).
+        family: Family,
     },
     /// `spec.perNodeHostBits` is below 4 or leaves a range fewer than 1 or more than 2^24
     /// blocks.
@@ -212,13 +212,6 @@ pub struct ClusterCidrPool {
     terms: Option<Vec<Vec<Requirement>>>,
 }
 
-fn family_name(family: Family) -> &'static str {
-    match family {
-        Family::V4 => "IPv4",
-        Family::V6 => "IPv6",
-    }
-}
-
 fn range(
     text: Option<&str>,
     field: &'static str,
@@ -230,7 +223,7 @@ fn range(
     let refused = || ClusterCidrError::Range {
         field,
         text: text.to_owned(),
-        family: family_name(family),
+        family,
     };
     // An IPv4-mapped IPv6 range is refused as the CRD's `isCIDR` refuses it.
     let cidr = Cidr::parse(text).map_err(|_| refused())?;
