@@ -419,3 +419,6 @@ impl Allocator {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod model_tests;
