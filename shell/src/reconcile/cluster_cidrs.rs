@@ -254,11 +254,22 @@ impl Allocator {
     /// Whether `cidr` lies inside a hosted ClusterCIDR's range and has that pool's block size
     /// (a block the pool may have handed out: its size differs from the flags' on purpose).
     pub(super) fn is_cluster_cidr_block(&self, cidr: Cidr) -> bool {
-        self.cluster_cidrs.hosted.iter().any(|h| {
-            h.ranges.iter().any(|r| {
-                lies_inside(cidr, r.cidr()) && h.pool.node_mask_size(r.cidr()) == cidr.prefix_len()
+        self.cluster_cidr_block_of(cidr).is_some()
+    }
+
+    /// The hosted ClusterCIDR (first in name order) one of whose ranges `cidr` lies in with that
+    /// pool's block size: the pool a block of that size there was taken through.
+    pub fn cluster_cidr_block_of(&self, cidr: Cidr) -> Option<String> {
+        self.cluster_cidrs
+            .hosted
+            .iter()
+            .find(|h| {
+                h.ranges.iter().any(|r| {
+                    lies_inside(cidr, r.cidr())
+                        && h.pool.node_mask_size(r.cidr()) == cidr.prefix_len()
+                })
             })
-        })
+            .map(|h| h.pool.name.clone())
     }
 
     /// The index of the backing set `cidr` lies inside, if any.
