@@ -86,6 +86,9 @@ pub(super) struct ClusterCidrs {
     pub(super) flag_ranges: Vec<PoolRange>,
     /// Hosted ClusterCIDRs, name order.
     pub(super) hosted: Vec<HostedPool>,
+    /// The pools of `hosted`, same order: the slice [`crate::cluster_cidr::serving_order`]
+    /// takes, kept so that a Node's allocation does not copy every pool.
+    pub(super) pools: Vec<ClusterCidrPool>,
     /// Refused at the last sync: name and message.
     pub(super) refused: Vec<(String, String)>,
 }
@@ -168,6 +171,12 @@ impl Allocator {
             .hosted
             .sort_by(|a, b| a.pool.name.cmp(&b.pool.name));
         sync.removed.sort();
+        self.cluster_cidrs.pools = self
+            .cluster_cidrs
+            .hosted
+            .iter()
+            .map(|h| h.pool.clone())
+            .collect();
         self.cluster_cidrs.refused = sync.refused.clone();
         sync.capacity_added = !sync.added.is_empty();
         self.drop_unused_sets();

@@ -333,3 +333,66 @@ fn a_dual_stack_pool_serves_both_families_or_none() {
     };
     assert_eq!(usage[0].1.used, 1);
 }
+
+/// A single-family ClusterCIDR in a dual-stack cluster gives single-family Nodes, as upstream's
+/// MultiCIDRRangeAllocator did: such a Node seen at start-up is kept without the missing-family
+/// (R11) event, which a single-family podCIDR from the flag CIDR still gets. An IPv6-only
+/// ClusterCIDR added to an IPv4-only cluster does not make its Nodes "missing IPv6" either.
+#[test]
+fn single_family_pools_do_not_make_nodes_missing_a_family() {
+    let mut a = allocator("10.0.0.0/16,fd00:1::/56");
+    let v4 = pool(
+        "v4",
+        json!({"perNodeHostBits": 8, "ipv4": "10.9.0.0/16",
+               "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [
+                   {"key": "role", "operator": "In", "values": ["master"]}]}]}}),
+    );
+    a.sync_cluster_cidrs(&[v4]);
+    let decisions = a.startup_occupy(&[
+        node("pooled", &["10.9.3.0/24"]),
+        node("flagged", &["10.0.3.0/24"]),
+    ]);
+    let reasons: Vec<(String, Vec<&str>)> = decisions
+        .iter()
+        .map(|(name, d)| {
+            assert!(matches!(d.action, Action::Keep { .. }), "{name}: {d:?}");
+            (
+                name.to_string(),
+                d.events.iter().map(|e| e.reason).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(reasons[0], ("pooled".to_owned(), vec![]));
+    assert_eq!(reasons[1].0, "flagged");
+    assert_eq!(reasons[1].1.len(), 1, "{reasons:?}");
+
+    let mut b = allocator("10.0.0.0/16");
+    let v6 = pool("v6", json!({"perNodeHostBits": 64, "ipv6": "fd00:9::/56"}));
+    b.sync_cluster_cidrs(&[v6]);
+    let decisions = b.startup_occupy(&[node("v4-node", &["10.0.1.0/24"])]);
+    assert_eq!(decisions[0].1.events, []);
+    // A fallback pool serves only when the flags have no block: this Node gets IPv4 alone.
+    assert_eq!(serve(&mut b, &node("fresh", &[])), [cidr("10.0.0.0/24")]);
+}
+
+/// A service CIDR is reserved in every new backing set it overlaps: a ClusterCIDR covering it
+/// never hands out its addresses (its status counts them as used).
+#[test]
+fn a_service_cidr_stays_reserved_in_a_new_pool() {
+    let config =
+        nodeipam_core::config::validate("10.0.0.0/16", "10.9.0.0/24", NodeMaskFlags::default())
+            .expect("valid test config");
+    let mut a = Allocator::new(&config).expect("pool");
+    let services = pool(
+        "services-near",
+        json!({"perNodeHostBits": 8, "ipv4": "10.9.0.0/23"}),
+    );
+    a.sync_cluster_cidrs(&[services]);
+    a.decide(&node("filler", &["10.0.0.0/16"]));
+    assert_eq!(serve(&mut a, &node("n", &[])), [cidr("10.9.1.0/24")]);
+    assert_eq!(serve(&mut a, &node("m", &[])), []);
+    let Some(PoolState::Serving { usage }) = a.cluster_cidr_state("services-near") else {
+        panic!();
+    };
+    assert_eq!((usage[0].1.used, usage[0].1.free), (2, 0));
+}
