@@ -442,3 +442,6 @@ mod tests;
 
 #[cfg(test)]
 mod model_tests;
+
+#[cfg(test)]
+mod dual_stack_model_tests;
