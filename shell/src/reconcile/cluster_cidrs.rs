@@ -9,8 +9,9 @@
 //! no address is handed out twice, whichever pool it is taken through. A ClusterCIDR range:
 //! - inside a backing set: a range on it; when its blocks are finer than the set's grid, the set
 //!   is re-gridded (a new set on the finer grid, [`nodeipam_core::CidrSet::occupy_allocations_of`]
-//!   carrying every allocated address over, conservatively: a coarse block marks all the finer
-//!   blocks it covers);
+//!   carrying every allocated address over; a coarse block held only for finer CIDRs — a Node's
+//!   /26 on a /24 grid — is refined to them, one left whole when nothing the allocator holds
+//!   explains it);
 //! - a supernet of backing sets, or disjoint from all: a new set covering it, on the finest grid
 //!   of the sets it contains and its own block size, with their allocations carried over.
 //!
@@ -309,12 +310,20 @@ impl Allocator {
     fn host(&mut self, pool: &ClusterCidrPool) -> Result<(), AllocError> {
         let mut sets: Vec<CidrSet<Vec<u64>>> = self.pool.sets().to_vec();
         let mut ranges = Vec::new();
+        // What the records hold and the service CIDRs: what every allocated block stands for.
+        let known: Vec<Cidr> = self
+            .nodes
+            .values()
+            .flat_map(|r| r.held.iter().copied())
+            .chain(self.service_cidrs.iter().copied())
+            .collect();
         for range in [pool.ipv4, pool.ipv6].into_iter().flatten() {
             space::host_range(
                 &mut sets,
                 range,
                 pool.node_mask_size(range),
                 &self.service_cidrs,
+                &known,
             )?;
             ranges.push(PoolRange::new(range));
         }

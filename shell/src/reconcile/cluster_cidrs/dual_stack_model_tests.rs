@@ -9,9 +9,9 @@
 //! - a sync never changes what those Nodes hold;
 //! - each pool's usage equals a recount over everything the allocator holds.
 //!
-//! Block sizes stay at /24 (IPv4) and /120 (IPv6) or finer, the sizes of the Nodes' own
-//! podCIDRs, so every held CIDR is a whole number of grid blocks and the recount is exact (a
-//! podCIDR finer than its set's grid marks the whole grid block: see [`super`]).
+//! Block sizes run from 4 to 10 host bits (cut to what each range holds): coarser and finer than
+//! the Nodes' own /24 and /120 podCIDRs, so re-gridding a set under a podCIDR finer than its grid
+//! is exercised (the recount is exact only because that is refined: see [`super`]).
 
 use std::collections::BTreeMap;
 
@@ -73,7 +73,7 @@ fn spec() -> impl Strategy<Value = Spec> {
     (
         proptest::option::of(0..V4.len()),
         proptest::option::of(0..V6.len()),
-        5u8..=8,
+        4u8..=10,
         any::<bool>(),
     )
         .prop_map(|(v4, v6, host_bits, selector)| Spec {
@@ -97,7 +97,17 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn pool_of(index: usize, spec: &Spec) -> ClusterCidrPool {
-    let mut body = json!({"perNodeHostBits": spec.host_bits});
+    // At most the host bits of each range the pool has.
+    let fits = [spec.v4.map(|i| V4[i]), spec.v6.map(|i| V6[i])]
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            let c = cidr(r);
+            c.family().max_prefix_len() - c.prefix_len()
+        })
+        .min()
+        .unwrap_or(8);
+    let mut body = json!({"perNodeHostBits": spec.host_bits.min(fits)});
     if let Some(i) = spec.v4 {
         body["ipv4"] = json!(V4[i]);
     }

@@ -396,3 +396,35 @@ fn a_service_cidr_stays_reserved_in_a_new_pool() {
     };
     assert_eq!((usage[0].1.used, usage[0].1.free), (2, 0));
 }
+
+/// Re-gridding is exact for what Nodes hold: a kept /26 that marked its whole /24 on the flag
+/// CIDR's grid marks only itself on the pool's /26 grid, so the pool counts one block used, hands
+/// out the rest of that /24, and the Node's release frees it all.
+#[test]
+fn a_regrid_refines_a_coarse_block_to_the_finer_cidr_it_stands_for() {
+    let mut a = allocator("10.0.0.0/22");
+    assert!(matches!(
+        a.decide(&node("fine", &["10.0.1.64/26"])).action,
+        Action::Keep { .. }
+    ));
+    assert_eq!(rows(&a), [("10.0.0.0/22".into(), 24, 1)]);
+    let quarter = pool(
+        "quarters",
+        json!({"perNodeHostBits": 6, "ipv4": "10.0.1.0/24",
+               "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [
+                   {"key": "role", "operator": "Exists"}]}]}}),
+    );
+    a.sync_cluster_cidrs(&[quarter]);
+    assert_eq!(rows(&a), [("10.0.0.0/22".into(), 26, 1)]);
+    let used = |a: &Allocator| match a.cluster_cidr_state("quarters") {
+        Some(PoolState::Serving { usage }) => usage[0].1.used,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(used(&a), 1);
+    let mut labelled = node("q", &[]);
+    labelled.labels.insert("role".into(), "x".into());
+    assert_eq!(serve(&mut a, &labelled), [cidr("10.0.1.0/26")]);
+    a.remove("fine");
+    assert_eq!(used(&a), 1);
+    assert_eq!(rows(&a), [("10.0.0.0/22".into(), 26, 1)]);
+}
