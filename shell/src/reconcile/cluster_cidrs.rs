@@ -124,9 +124,12 @@ pub(super) fn lies_inside(inner: Cidr, outer: Cidr) -> bool {
 impl Allocator {
     /// Replaces the allocator's ClusterCIDR pools with `pools`: the watch's whole current view,
     /// each already read with [`ClusterCidrPool::from_object`] (invalid objects left out by the
-    /// caller). Idempotent: the same input again changes nothing (refused ones are listed again).
-    /// A name given twice counts once (the first). Pools are hosted in name order, each all or
-    /// nothing across its families.
+    /// caller). Idempotent: the same input again changes no pool (refused ones are listed again;
+    /// a removed pool's backing set whose last Node has gone since is dropped). A name given twice
+    /// counts once (the first). Pools are hosted in name order, each all or nothing across its
+    /// families. Call it before [`Allocator::startup_occupy`], so the podCIDRs inside ClusterCIDR
+    /// ranges are occupied there rather than skipped as out of range (if it comes later, those
+    /// Nodes are listed in [`ClusterCidrSync::recheck`]).
     ///
     /// Never changes what any Node holds: a pool removed (or being deleted) keeps every block its
     /// Nodes hold, and its backing set stays while any Node holds a block in it (see the module
