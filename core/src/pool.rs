@@ -9,7 +9,9 @@
 use heapless::Vec;
 
 use crate::cidr::{Cidr, Family};
-use crate::cidr_set::{Allocation, BlockAllocation, BlockRequest, CidrSet};
+use crate::cidr_set::{
+    Allocation, BlockAllocation, BlockRequest, CidrSet, PoolRange, RangeCandidate,
+};
 use crate::error::AllocError;
 
 /// The pod CIDRs allocated to one node: one [`Allocation`] per address family, in the order of
@@ -433,6 +435,29 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>, const N: usize> Pool<S, N> {
         }
     }
 
+    /// Takes, in set `set_index` (as [`Pool::sets`]), a block found there by
+    /// [`CidrSet::find_block_within`] for `range`, moving the range's cursor: see
+    /// [`CidrSet::take_block_within`], which checks the candidate again (a stale one is refused,
+    /// never handed out twice). For a caller that decides across several sets first (one
+    /// ClusterCIDR's IPv4 and IPv6 ranges, all or nothing) and takes afterwards.
+    ///
+    /// # Errors
+    /// [`AllocError::StaleCandidate`] naming the range when there is no set `set_index`; the
+    /// errors of [`CidrSet::take_block_within`]. Nothing changes.
+    pub fn take_block_within_at(
+        &mut self,
+        set_index: usize,
+        range: &mut PoolRange,
+        candidate: RangeCandidate,
+    ) -> Result<BlockAllocation, AllocError> {
+        match self.sets.get_mut(set_index) {
+            Some(set) => set.take_block_within(range, candidate),
+            None => Err(AllocError::StaleCandidate {
+                range: range.cidr(),
+            }),
+        }
+    }
+
     /// Reserves the part of every cluster CIDR that a service CIDR overlaps, so no node gets a
     /// block holding service IPs (kube-controller-manager does this with
     /// `--service-cluster-ip-range` for its one cluster CIDR per family). A service CIDR of a
@@ -482,6 +507,36 @@ mod tests {
     fn set(cluster: &str, mask: u8) -> CidrSet<StdVec<u64>> {
         let c = cidr(cluster);
         CidrSet::new(c, mask, vec![0; storage_words_for(c.prefix_len(), mask)]).unwrap()
+    }
+
+    /// A candidate found in one set is taken there (the range's cursor moves, the set's does not);
+    /// a wrong set index, or the same candidate again, is refused and changes nothing.
+    #[test]
+    fn take_block_within_at_takes_a_found_block_once() {
+        let mut pool: Pool<StdVec<u64>, 4> =
+            Pool::from_sets([set("127.10.0.0/16", 24), set("127.11.0.0/16", 26)]).unwrap();
+        let mut range = PoolRange::new(cidr("127.11.4.0/24"));
+        let request = BlockRequest {
+            prefix_len: 26,
+            placement: crate::Placement::NextFromCursor,
+        };
+        let candidate = pool.sets()[1].find_block_within(&range, request).unwrap();
+        assert_eq!(
+            pool.take_block_within_at(7, &mut range, candidate),
+            Err(AllocError::StaleCandidate {
+                range: cidr("127.11.4.0/24")
+            })
+        );
+        let block = pool.take_block_within_at(1, &mut range, candidate).unwrap();
+        assert_eq!(block.cidr, cidr("127.11.4.0/26"));
+        assert_eq!((range.cursor(), pool.sets()[1].next_candidate()), (1, 0));
+        assert_eq!(
+            pool.take_block_within_at(1, &mut range, candidate),
+            Err(AllocError::StaleCandidate {
+                range: cidr("127.11.4.0/24")
+            })
+        );
+        assert_eq!(pool.sets()[1].allocated_count(), 1);
     }
 
     #[test]
