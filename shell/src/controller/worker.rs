@@ -53,7 +53,7 @@ pub struct WriteGate {
 
 impl WriteGate {
     /// Waits until a write may start. `false`: it never may (leadership is gone).
-    async fn wait(&self) -> bool {
+    pub(super) async fn wait(&self) -> bool {
         tokio::time::sleep_until(self.not_before).await;
         let Some(lease) = &self.lease else {
             return true;
