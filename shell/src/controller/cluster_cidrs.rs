@@ -239,6 +239,8 @@ pub(super) async fn watch(api: Api<DynamicObject>, view: Arc<ClusterCidrs>, shar
         };
         if changed {
             sync_and_wake(&view, &shared);
+            // A backing set added (or dropped) shows in the pool gauges and health at once.
+            shared.report_pool();
             view.changed.notify_one();
         }
     }
