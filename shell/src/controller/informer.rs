@@ -52,8 +52,37 @@ pub struct NodeCache {
     /// The label keys a [`CachedNode`] keeps (those the node-pool rules read).
     label_keys: Vec<std::sync::Arc<str>>,
     /// `Some`: every label is kept (ClusterCIDR node selectors may read any label, and objects
-    /// come at run time); each key is stored once here and shared by the Nodes that have it.
-    all_label_keys: Option<Mutex<std::collections::HashSet<std::sync::Arc<str>>>>,
+    /// come at run time); each key and value is stored once here and shared by the Nodes that
+    /// have it.
+    all_labels: Option<Mutex<LabelStrings>>,
+}
+
+/// The label keys and values of every cached Node, each stored once. A string no cached Node
+/// holds any more is dropped at the next sweep: one runs when the set has doubled since the last
+/// (amortised O(1) per insert), so the set stays within about twice the strings in use however
+/// many Nodes come and go.
+#[derive(Debug, Default)]
+struct LabelStrings {
+    strings: std::collections::HashSet<std::sync::Arc<str>>,
+    /// Sweep when the set reaches this size.
+    sweep_at: usize,
+}
+
+impl LabelStrings {
+    /// The shared copy of `text`.
+    fn shared(&mut self, text: &str) -> std::sync::Arc<str> {
+        if let Some(shared) = self.strings.get(text) {
+            return shared.clone();
+        }
+        if self.strings.len() >= self.sweep_at {
+            // Only this set holds the string: no cached Node has it any more.
+            self.strings.retain(|s| std::sync::Arc::strong_count(s) > 1);
+            self.sweep_at = (self.strings.len() * 2).max(1024);
+        }
+        let shared: std::sync::Arc<str> = text.into();
+        self.strings.insert(shared.clone());
+        shared
+    }
 }
 
 impl NodeCache {
@@ -67,7 +96,7 @@ impl NodeCache {
         NodeCache {
             nodes: Mutex::default(),
             label_keys: keys.iter().map(|k| k.as_str().into()).collect(),
-            all_label_keys: None,
+            all_labels: None,
         }
     }
 
@@ -75,24 +104,17 @@ impl NodeCache {
     /// ClusterCIDRs' node selectors, known only at run time, may read any of them).
     pub fn with_all_labels() -> NodeCache {
         NodeCache {
-            all_label_keys: Some(Mutex::default()),
+            all_labels: Some(Mutex::default()),
             ..NodeCache::default()
         }
     }
 
     /// The compact copy of `node` this cache keeps.
     fn compact(&self, node: &SlimNode) -> CachedNode {
-        match &self.all_label_keys {
-            Some(keys) => {
-                let mut keys = keys.lock().unwrap_or_else(PoisonError::into_inner);
-                CachedNode::with_all_labels(node, |key| match keys.get(key) {
-                    Some(shared) => shared.clone(),
-                    None => {
-                        let shared: std::sync::Arc<str> = key.into();
-                        keys.insert(shared.clone());
-                        shared
-                    }
-                })
+        match &self.all_labels {
+            Some(strings) => {
+                let mut strings = strings.lock().unwrap_or_else(PoisonError::into_inner);
+                CachedNode::with_all_labels(node, |text| strings.shared(text))
             }
             None => CachedNode::of(node, &self.label_keys),
         }
@@ -673,5 +695,35 @@ impl Backoff {
 
     fn reset(&mut self) {
         self.current = self.builder.build();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A label string no cached Node holds any more is dropped by the next sweep; one still held
+    /// is kept and handed out again (the same copy).
+    #[test]
+    fn label_strings_drop_what_no_node_holds_at_the_next_sweep() {
+        let mut strings = LabelStrings::default();
+        let kept = strings.shared("eu-central-1c");
+        let gone = strings.shared("ip-10-1-1-15");
+        drop(gone);
+        assert!(std::sync::Arc::ptr_eq(
+            &kept,
+            &strings.shared("eu-central-1c")
+        ));
+        // Fill up to the sweep threshold with strings nobody holds, then one more.
+        for i in 0..1024 {
+            drop(strings.shared(&format!("host-{i}")));
+        }
+        assert!(strings.strings.len() < 10, "{}", strings.strings.len());
+        assert!(strings.strings.contains("eu-central-1c"));
+        assert!(!strings.strings.contains("ip-10-1-1-15"));
+        assert!(std::sync::Arc::ptr_eq(
+            &kept,
+            &strings.shared("eu-central-1c")
+        ));
     }
 }

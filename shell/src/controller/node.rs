@@ -118,22 +118,6 @@ impl SlimNode {
         self.metadata.name.as_deref().unwrap_or_default()
     }
 
-    /// The compact copy of `node` with every label, each key through `shared_key` (so the Nodes
-    /// that have a key share one copy of it).
-    pub fn with_all_labels(
-        node: &SlimNode,
-        mut shared_key: impl FnMut(&str) -> Arc<str>,
-    ) -> CachedNode {
-        let mut cached = CachedNode::of(node, &[]);
-        if let Some(all) = &node.metadata.labels {
-            cached.labels = all
-                .iter()
-                .map(|(k, v)| (shared_key(k), v.as_str().into()))
-                .collect();
-        }
-        cached
-    }
-
     /// The decision logic's view of this Node.
     pub fn view(&self) -> NodeView {
         NodeView {
@@ -184,7 +168,7 @@ pub struct CachedNode {
     /// The labels among the watched keys that the Node has: `(key, value)`, keys in the order
     /// given to [`CachedNode::of`] (shared with it). Empty without node-pool rules. Every label,
     /// in key order, with [`CachedNode::with_all_labels`].
-    pub labels: Box<[(Arc<str>, Box<str>)]>,
+    pub labels: Box<[(Arc<str>, Arc<str>)]>,
 }
 
 impl CachedNode {
@@ -205,18 +189,16 @@ impl CachedNode {
         }
     }
 
-    /// The compact copy of `node` with every label, each key through `shared_key` (so the Nodes
-    /// that have a key share one copy of it).
+    /// The compact copy of `node` with every label, each key and value through `shared` (so the
+    /// Nodes that have a key or a value share one copy of it: most label values — zone, instance
+    /// type, OS, role — repeat across Nodes).
     pub fn with_all_labels(
         node: &SlimNode,
-        mut shared_key: impl FnMut(&str) -> Arc<str>,
+        mut shared: impl FnMut(&str) -> Arc<str>,
     ) -> CachedNode {
         let mut cached = CachedNode::of(node, &[]);
         if let Some(all) = &node.metadata.labels {
-            cached.labels = all
-                .iter()
-                .map(|(k, v)| (shared_key(k), v.as_str().into()))
-                .collect();
+            cached.labels = all.iter().map(|(k, v)| (shared(k), shared(v))).collect();
         }
         cached
     }
@@ -304,8 +286,8 @@ mod tests {
         assert!(checked >= 30, "only {checked} fixture Nodes");
     }
 
-    /// With ClusterCIDRs every label is kept (any selector may read it), each key stored once
-    /// for all the Nodes that have it (the AKS fixture's three Nodes, 19 labels each).
+    /// With ClusterCIDRs every label is kept (any selector may read it), each key and value stored
+    /// once for all the Nodes that have it (the AKS fixture's three Nodes, 19 labels each).
     #[test]
     fn with_all_labels_every_label_is_kept_and_keys_are_shared() {
         let cache = super::super::informer::NodeCache::with_all_labels();
@@ -322,6 +304,14 @@ mod tests {
         assert_eq!(cached.len(), 3);
         for (a, b) in cached[0].labels.iter().zip(cached[2].labels.iter()) {
             assert!(Arc::ptr_eq(&a.0, &b.0), "key {} is shared", a.0);
+            if a.1 == b.1 {
+                assert!(
+                    Arc::ptr_eq(&a.1, &b.1),
+                    "value {} of {} is shared",
+                    a.1,
+                    a.0
+                );
+            }
         }
     }
 
