@@ -133,6 +133,19 @@ impl ClusterCidrs {
         lock(&self.view).insert(name, entry);
     }
 
+    /// [`ClusterCidrs::apply`] of a write's answer, unless the view's copy is no longer the one
+    /// the write was decided on (`decided_rv`): the watch may have shown a newer version (a
+    /// deletion) meanwhile, which an older answer must not replace.
+    fn apply_answer(&self, decided_rv: Option<&str>, object: &DynamicObject) {
+        let (name, entry) = entry_of(object);
+        let mut view = lock(&self.view);
+        if let Some(current) = view.get_mut(&name)
+            && current.observed.object.metadata.resource_version.as_deref() == decided_rv
+        {
+            *current = entry;
+        }
+    }
+
     fn delete(&self, object: &DynamicObject) {
         lock(&self.view).remove(object.metadata.name.as_deref().unwrap_or_default());
     }
@@ -361,8 +374,8 @@ fn known(shared: &Shared, name: &str, entry: &Entry, memory: &WriterMemory) -> O
 
 /// Sends one write after the write gate and a token (events after neither: they have their own
 /// budget in the event writer, and one per invalid generation is all this sends). A patched
-/// object answered replaces the view's copy, so the next round decides on it even before the
-/// watch shows it.
+/// object answered replaces the view's copy (if that is still the one decided on, and the
+/// object is not gone), so the next round decides on it even before the watch shows it.
 async fn send(
     api: &Api<DynamicObject>,
     view: &ClusterCidrs,
@@ -442,7 +455,8 @@ async fn send(
                     .as_ref()
                     .is_some_and(|f| !f.is_empty());
             if still_there {
-                view.apply(&object);
+                let decided_rv = entry.observed.object.metadata.resource_version.as_deref();
+                view.apply_answer(decided_rv, &object);
             }
         }
         Ok(Err(e)) => {
@@ -490,5 +504,48 @@ async fn publish_invalid(recorder: &Recorder, entry: &Entry, message: &str, time
             tracing::warn!(cluster_cidr = %name, error = %crate::kube_error::error_chain(&e), "publishing an event failed");
         }
         Err(_) => tracing::warn!(cluster_cidr = %name, "publishing an event timed out"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(rv: &str, deleting: bool) -> DynamicObject {
+        let mut meta =
+            serde_json::json!({"name": "grow", "resourceVersion": rv, "finalizers": [FINALIZER]});
+        if deleting {
+            meta["deletionTimestamp"] = "2026-12-02T17:00:00Z".into();
+        }
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "nodeipam.io/v1alpha1",
+            "kind": "ClusterCIDR",
+            "metadata": meta,
+            "spec": {"ipv4": "10.20.0.0/23", "perNodeHostBits": 8},
+        }))
+        .unwrap()
+    }
+
+    fn stored_rv(view: &ClusterCidrs) -> (Option<String>, bool) {
+        let view = lock(&view.view);
+        let meta = &view["grow"].observed.object.metadata;
+        (
+            meta.resource_version.clone(),
+            meta.deletion_timestamp.is_some(),
+        )
+    }
+
+    /// A write's answer replaces the view's copy only if that is still the one the write was
+    /// decided on: a deletion the watch showed meanwhile is not undone by an older answer (the
+    /// finalizer would never be removed).
+    #[test]
+    fn an_answer_older_than_the_watch_does_not_replace_the_view() {
+        let view = ClusterCidrs::of(&[object("4", false)]);
+        view.apply(&object("6", true));
+        view.apply_answer(Some("4"), &object("5", false));
+        assert_eq!(stored_rv(&view), (Some("6".to_owned()), true));
+        view.apply_answer(Some("6"), &object("7", true));
+        assert_eq!(stored_rv(&view), (Some("7".to_owned()), true));
+        assert!(lock(&view.view)["grow"].invalid.is_none());
     }
 }
