@@ -9,6 +9,8 @@
 //!   selector pool serves the workers, the flag CIDR the others, and a worker joining later;
 //! - fixture 05 dual-stack: a pool whose IPv6 range is full gives no IPv4 block either (all or
 //!   nothing within one ClusterCIDR), the Node is served by the next pool;
+//! - a ClusterCIDR the allocator cannot host: `Invalid`, one `ClusterCIDRInvalid` event, no
+//!   finalizer;
 //! - the CRD not served: the controller stops with an error naming the `kubectl apply` command.
 #![allow(clippy::unwrap_used)]
 
@@ -331,4 +333,62 @@ async fn without_the_crd_the_controller_stops_naming_the_command_that_installs_i
             && sb.requests_of(Verb::Patch, Resource::Nodes).is_empty()
     );
     assert!(unserved(&sb).len() == 4);
+}
+
+/// A ClusterCIDR the allocator cannot host (inside the flag CIDR with blocks so fine that the
+/// shared set would need more than 2^24 of them) is not used: `Invalid=True` with the reason, one
+/// `ClusterCIDRInvalid` Warning event on it, no finalizer; the Nodes are served from the flag
+/// CIDR as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_cidr_the_allocator_cannot_host_is_invalid_with_one_event() {
+    init_tracing();
+    let sb = Sandbox::start(fixture("05-aws-4nodes-no-podcidr.json")).await;
+    let running = spawn(&sb, with_cluster_cidrs("fd00:10::/48", Some(64)));
+    running.wait_allocating(&sb).await;
+    create_cluster_cidr(
+        &sb,
+        "too-fine",
+        json!({"ipv6": "fd00:10::/112", "perNodeHostBits": 4}),
+    )
+    .await;
+    assert!(
+        wait_cluster_cidr(&sb, "too-fine", |o| o.is_some_and(|o| condition(
+            o, "Invalid"
+        ) == (
+            "True".to_owned(),
+            "InvalidSpec".to_owned()
+        )))
+        .await,
+        "{:?}",
+        cluster_cidr(&sb, "too-fine").await
+    );
+    assert!(
+        sb.wait_until(WAIT, |sb| !events_with_reason(sb, "ClusterCIDRInvalid")
+            .is_empty())
+            .await
+    );
+    assert!(sb.wait_until(WAIT, |sb| unserved(sb).is_empty()).await);
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let events = events_with_reason(&sb, "ClusterCIDRInvalid");
+    assert_eq!(events.len(), 1, "one event per generation: {events:?}");
+    // Published once, not repeated (a repeat would be a series on the same Event).
+    let repeated: Vec<Value> = sb
+        .events()
+        .into_iter()
+        .filter(|e| e["reason"] == "ClusterCIDRInvalid" && !e["series"].is_null())
+        .collect();
+    assert!(repeated.is_empty(), "{repeated:?}");
+    let (regarding, kind, note) = &events[0];
+    assert_eq!((regarding.as_str(), kind.as_str()), ("too-fine", "Warning"));
+    assert!(note.contains("cannot be hosted"), "{note}");
+    let object = cluster_cidr(&sb, "too-fine").await.unwrap();
+    assert!(!has_finalizer(Some(&object)), "{object:?}");
+    assert_eq!(condition(&object, "Ready").0, "False");
+    for (name, cidrs) in all_pod_cidrs(&sb) {
+        assert!(
+            cidrs[0].starts_with("fd00:10:") && cidrs[0].ends_with("/64"),
+            "{name}: {cidrs:?}"
+        );
+    }
+    let _ = running.stop().await;
 }
