@@ -392,3 +392,47 @@ async fn a_cluster_cidr_the_allocator_cannot_host_is_invalid_with_one_event() {
     }
     let _ = running.stop().await;
 }
+
+/// Leader only: two replicas with leader election, a ClusterCIDR to finalize and report on —
+/// every ClusterCIDR write (finalizer, status) comes from the replica holding the Lease, none
+/// from the standby, which reads them (it lists only once it leads).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leader_writes_cluster_cidrs() {
+    init_tracing();
+    let sb = Sandbox::start(fixture("05-aws-4nodes-no-podcidr.json")).await;
+    create_cluster_cidr(
+        &sb,
+        "grow",
+        json!({"ipv4": "10.20.0.0/23", "perNodeHostBits": 8}),
+    )
+    .await;
+    let mut first = with_cluster_cidrs("10.10.0.0/23", None);
+    first.leader_election = Some(common::election("replica-a"));
+    let a = common::spawn_as(&sb, first, "replica-a");
+    a.wait_allocating(&sb).await;
+    let mut second = with_cluster_cidrs("10.10.0.0/23", None);
+    second.leader_election = Some(common::election("replica-b"));
+    let b = common::spawn_as(&sb, second, "replica-b");
+    assert!(sb.wait_until(WAIT, |sb| unserved(sb).is_empty()).await);
+    assert!(
+        wait_cluster_cidr(&sb, "grow", |o| has_finalizer(o)
+            && o.is_some_and(|o| o["status"]["ipv4"]["used"] == 2))
+        .await,
+        "{:?}",
+        cluster_cidr(&sb, "grow").await
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let writers: std::collections::BTreeSet<String> = sb
+        .requests_of(Verb::Patch, Resource::ClusterCidrs)
+        .into_iter()
+        .map(|r| r.user_agent)
+        .collect();
+    assert_eq!(
+        writers,
+        std::collections::BTreeSet::from([common::agent("replica-a")]),
+        "ClusterCIDR writers"
+    );
+    assert!(!b.health.is_leading());
+    let _ = b.stop().await;
+    let _ = a.stop().await;
+}
