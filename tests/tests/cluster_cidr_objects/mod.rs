@@ -5,9 +5,11 @@
 //! flag CIDR and two waiting; a ClusterCIDR created serves the two without a restart and gets the
 //! finalizer and its status; a restart writes nothing (every `resourceVersion` unchanged); deleted,
 //! the ClusterCIDR stays until its last Node is gone. kube-apiserver's audit log shows the
-//! ClusterCIDR calls and not one 403.
+//! ClusterCIDR calls and not one 403. And each verb of the ClusterCIDR rules is needed: taken
+//! away in turn, the controller's request that needs it is answered 403.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
@@ -169,4 +171,144 @@ async fn cluster_cidr_objects_on_the_real_server() {
             "no {verb} of clustercidrs by {SA_USER}"
         );
     }
+}
+
+/// The audit log's completed requests by `user` on ClusterCIDRs answered 403:
+/// `(verb, "clustercidrs" or "clustercidrs/status")`.
+fn forbidden_cluster_cidr_calls(path: &std::path::Path, user: &str) -> Vec<(String, String)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|e| {
+            e["stage"] == "ResponseComplete"
+                && e["user"]["username"] == user
+                && e["objectRef"]["apiGroup"] == "nodeipam.io"
+                && e["responseStatus"]["code"] == 403
+        })
+        .map(|e| {
+            let resource = e["objectRef"]["resource"].as_str().unwrap_or_default();
+            let target = match e["objectRef"]["subresource"].as_str() {
+                Some(sub) => format!("{resource}/{sub}"),
+                None => resource.to_owned(),
+            };
+            (e["verb"].as_str().unwrap_or_default().to_owned(), target)
+        })
+        .collect()
+}
+
+/// `overlays/cluster-cidrs`' RBAC documents with `verb` taken from the rule on `resource` of the
+/// ClusterCIDR ClusterRole, every object renamed with `suffix` and bound to ServiceAccount
+/// `account`.
+fn variant(docs: &[Value], resource: &str, verb: &str, suffix: &str, account: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    for doc in docs {
+        let kind = doc["kind"].as_str().unwrap_or_default();
+        if !["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"].contains(&kind) {
+            continue;
+        }
+        let mut doc = doc.clone();
+        if kind == "ClusterRole" && doc["metadata"]["name"] == "nodeipam-controller-cluster-cidrs" {
+            for rule in doc["rules"].as_array_mut().unwrap() {
+                if rule["resources"] == json!([resource]) {
+                    let verbs: Vec<Value> = rule["verbs"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .filter(|v| *v != verb)
+                        .cloned()
+                        .collect();
+                    rule["verbs"] = Value::Array(verbs);
+                }
+            }
+            doc["rules"]
+                .as_array_mut()
+                .unwrap()
+                .retain(|r| !r["verbs"].as_array().unwrap().is_empty());
+        }
+        let name = format!("{}-{suffix}", doc["metadata"]["name"].as_str().unwrap());
+        doc["metadata"]["name"] = json!(name);
+        if doc["roleRef"].is_object() {
+            let role = format!("{}-{suffix}", doc["roleRef"]["name"].as_str().unwrap());
+            doc["roleRef"]["name"] = json!(role);
+        }
+        for subject in doc["subjects"].as_array_mut().into_iter().flatten() {
+            subject["name"] = json!(account);
+        }
+        out.push(doc);
+    }
+    out
+}
+
+/// Each verb of the ClusterCIDR rules (`list`, `watch`, `patch` on `clustercidrs`, `patch` on
+/// `clustercidrs/status`) taken away in turn, under a ServiceAccount of its own: the controller's
+/// request that needs it is answered 403 by the real server (audit log). With all of them,
+/// [`cluster_cidr_objects_on_the_real_server`] sees none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_cidr_rbac_rules_are_each_needed_on_the_real_server() {
+    init_tracing();
+    let (cluster, audit_log, _audit_dir) = super::start_audited().await;
+    let admin = cluster.admin_client().await.unwrap();
+    super::crd::install(&admin).await;
+    let rendered = super::deploy::rendered("overlays/cluster-cidrs");
+    let api = cluster_cidrs::api(admin.clone());
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "nodeipam.io/v1alpha1",
+        "kind": "ClusterCIDR",
+        "metadata": {"name": "grow"},
+        "spec": {"ipv4": "10.245.0.0/23", "perNodeHostBits": 8},
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &object).await.unwrap();
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(admin.clone(), "kube-system");
+    let mut missing = Vec::new();
+    let cases = [
+        ("clustercidrs", "list"),
+        ("clustercidrs", "watch"),
+        ("clustercidrs", "patch"),
+        ("clustercidrs/status", "patch"),
+    ];
+    for (i, (resource, verb)) in cases.into_iter().enumerate() {
+        // A fresh object each time: its finalizer and status are still to be written.
+        if i > 0 {
+            let mut fresh = object.clone();
+            fresh.metadata.name = Some(format!("grow-{i}"));
+            api.create(&PostParams::default(), &fresh).await.unwrap();
+        }
+        let account = format!("nodeipam-cc{i}");
+        let sa: k8s_openapi::api::core::v1::ServiceAccount =
+            serde_json::from_value(json!({"metadata": {"name": account}})).unwrap();
+        accounts.create(&PostParams::default(), &sa).await.unwrap();
+        super::apply_rbac(
+            &admin,
+            &variant(&rendered, resource, verb, &format!("cc{i}"), &account),
+        )
+        .await;
+        let token = super::request_token(&admin, "kube-system", &account).await;
+        let path = cluster.kubeconfig(&account, &token).unwrap();
+        let client = Client::try_from(
+            nodeipam::client::config_from_kubeconfig(&path)
+                .await
+                .unwrap(),
+        )
+        .unwrap();
+        let mut config = fast_config(ipam("10.244.0.0/23", "", masks(Some(24), None, None)));
+        config.cluster_cidrs = true;
+        config.retry_max_delay = Duration::from_millis(500);
+        let running = spawn_with_client(client, config);
+        let user = format!("system:serviceaccount:kube-system:{account}");
+        let wanted = (verb.to_owned(), resource.to_owned());
+        let denied = super::wait_for(|| {
+            let found = forbidden_cluster_cidr_calls(&audit_log, &user).contains(&wanted);
+            async move { found }
+        })
+        .await;
+        running.abort().await;
+        eprintln!("`{verb}` on {resource} taken away: 403 seen = {denied}");
+        if !denied {
+            missing.push(format!("{verb} {resource}"));
+        }
+    }
+    assert!(missing.is_empty(), "no 403 without: {missing:?}");
 }
