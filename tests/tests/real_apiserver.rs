@@ -46,6 +46,7 @@
 //!   same resourceVersion (tests/FIDELITY.md).
 #![allow(clippy::unwrap_used)]
 
+mod cluster_cidr_objects;
 mod common;
 mod crd;
 mod deploy;

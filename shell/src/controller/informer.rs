@@ -51,6 +51,38 @@ pub struct NodeCache {
     nodes: Mutex<HashMap<NodeName, CachedNode>>,
     /// The label keys a [`CachedNode`] keeps (those the node-pool rules read).
     label_keys: Vec<std::sync::Arc<str>>,
+    /// `Some`: every label is kept (ClusterCIDR node selectors may read any label, and objects
+    /// come at run time); each key and value is stored once here and shared by the Nodes that
+    /// have it.
+    all_labels: Option<Mutex<LabelStrings>>,
+}
+
+/// The label keys and values of every cached Node, each stored once. A string no cached Node
+/// holds any more is dropped at the next sweep: one runs when the set has doubled since the last
+/// (amortised O(1) per insert), so the set stays within about twice the strings in use however
+/// many Nodes come and go.
+#[derive(Debug, Default)]
+struct LabelStrings {
+    strings: std::collections::HashSet<std::sync::Arc<str>>,
+    /// Sweep when the set reaches this size.
+    sweep_at: usize,
+}
+
+impl LabelStrings {
+    /// The shared copy of `text`.
+    fn shared(&mut self, text: &str) -> std::sync::Arc<str> {
+        if let Some(shared) = self.strings.get(text) {
+            return shared.clone();
+        }
+        if self.strings.len() >= self.sweep_at {
+            // Only this set holds the string: no cached Node has it any more.
+            self.strings.retain(|s| std::sync::Arc::strong_count(s) > 1);
+            self.sweep_at = (self.strings.len() * 2).max(1024);
+        }
+        let shared: std::sync::Arc<str> = text.into();
+        self.strings.insert(shared.clone());
+        shared
+    }
 }
 
 impl NodeCache {
@@ -64,12 +96,34 @@ impl NodeCache {
         NodeCache {
             nodes: Mutex::default(),
             label_keys: keys.iter().map(|k| k.as_str().into()).collect(),
+            all_labels: None,
+        }
+    }
+
+    /// An empty cache that keeps every label of every Node (`MultiCIDRRangeAllocator`: the
+    /// ClusterCIDRs' node selectors, known only at run time, may read any of them).
+    pub fn with_all_labels() -> NodeCache {
+        NodeCache {
+            all_labels: Some(Mutex::default()),
+            ..NodeCache::default()
         }
     }
 
     /// The compact copy of `node` this cache keeps.
     fn compact(&self, node: &SlimNode) -> CachedNode {
-        CachedNode::of(node, &self.label_keys)
+        match &self.all_labels {
+            Some(strings) => {
+                let mut strings = strings.lock().unwrap_or_else(PoisonError::into_inner);
+                CachedNode::with_all_labels(node, |text| strings.shared(text))
+            }
+            None => CachedNode::of(node, &self.label_keys),
+        }
+    }
+
+    /// [`NodeCache::compact`], for the tests of [`CachedNode`].
+    #[cfg(test)]
+    pub(super) fn compact_for_test(&self, node: &SlimNode) -> CachedNode {
+        self.compact(node)
     }
 
     fn nodes(&self) -> MutexGuard<'_, HashMap<NodeName, CachedNode>> {
@@ -641,5 +695,35 @@ impl Backoff {
 
     fn reset(&mut self) {
         self.current = self.builder.build();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A label string no cached Node holds any more is dropped by the next sweep; one still held
+    /// is kept and handed out again (the same copy).
+    #[test]
+    fn label_strings_drop_what_no_node_holds_at_the_next_sweep() {
+        let mut strings = LabelStrings::default();
+        let kept = strings.shared("eu-central-1c");
+        let gone = strings.shared("ip-10-1-1-15");
+        drop(gone);
+        assert!(std::sync::Arc::ptr_eq(
+            &kept,
+            &strings.shared("eu-central-1c")
+        ));
+        // Fill up to the sweep threshold with strings nobody holds, then one more.
+        for i in 0..1024 {
+            drop(strings.shared(&format!("host-{i}")));
+        }
+        assert!(strings.strings.len() < 10, "{}", strings.strings.len());
+        assert!(strings.strings.contains("eu-central-1c"));
+        assert!(!strings.strings.contains("ip-10-1-1-15"));
+        assert!(std::sync::Arc::ptr_eq(
+            &kept,
+            &strings.shared("eu-central-1c")
+        ));
     }
 }

@@ -25,7 +25,7 @@ fn cluster_cidrs(client: &Client) -> Api<DynamicObject> {
 }
 
 /// Installs the CRD and waits until the server serves it (`Established`).
-async fn install(client: &Client) {
+pub(super) async fn install(client: &Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd: CustomResourceDefinition = serde_json::from_value(crd_manifest()).unwrap();
     crds.create(&PostParams::default(), &crd)
