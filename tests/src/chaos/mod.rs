@@ -96,14 +96,16 @@ mod checks;
 mod driver;
 mod phases;
 mod plan;
+mod pools;
 
 pub use checks::{AllocationMonitor, Assignment, allocation_problem, check_patches, pool_usage};
 pub use driver::{
     SETTLE_TIMEOUT, SeedFailure, SeedReport, build_node, cluster_spec, controller_view, run_plan,
-    run_seed,
+    run_seed, run_seed_variant,
 };
 pub use phases::{PhaseTimes, SettleWait};
 pub use plan::{
     Action, CHURN_LABEL, FINALIZER, ForeignKind, LeaseTiming, NETWORKS, Network, NodeSpec, Plan,
     Step, TEMPLATE_FIXTURES, Template, block, block_count, family_bits, templates,
 };
+pub use pools::{FALLBACK_POOL, POOL_FINALIZER, PoolPlan, PoolSpec, PoolWatch};
