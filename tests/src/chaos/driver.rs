@@ -413,9 +413,8 @@ impl Driver<'_> {
         config.request_timeout = self.plan.request_timeout;
         config.workers = self.plan.workers;
         config.instance = Some(identity.clone());
-        if self.plan.cluster_cidrs.is_some() {
-            // FIXME: config.cluster_cidr_objects = true; (the ccctl branch)
-        }
+        // `--cidr-allocator-type=MultiCIDRRangeAllocator` for the ClusterCIDR variant.
+        config.cluster_cidrs = self.plan.cluster_cidrs.is_some();
         config.leader_election = self.plan.leader_election(&identity);
         if config.leader_election.is_none() {
             // As `ControllerConfig::from_flags` does without leader election.
