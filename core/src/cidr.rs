@@ -4,8 +4,6 @@ use core::fmt;
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use core::str::FromStr;
 
-use crate::error::CidrError;
-
 /// An IP address family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -337,7 +335,7 @@ impl fmt::Display for Cidr {
 #[cfg(feature = "ipnet")]
 mod ipnet_conv {
     use super::Cidr;
-    use crate::error::CidrError;
+    use super::CidrError;
 
     impl From<Cidr> for ipnet::IpNet {
         fn from(cidr: Cidr) -> ipnet::IpNet {
@@ -366,6 +364,45 @@ mod ipnet_conv {
         }
     }
 }
+
+/// Why CIDR text or parts were rejected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum CidrError {
+    /// The text is not `address/prefix-length` (an IPv4 dotted quad or IPv6 text, a `/`, and 1–3
+    /// decimal digits).
+    Syntax,
+    /// The prefix length (bits) is larger than the family allows: `max` is 32 for IPv4, 128 for
+    /// IPv6. Values over 255 are reported as 255.
+    InvalidPrefixLen {
+        /// The prefix length given, in bits.
+        prefix_len: u8,
+        /// The largest valid prefix length for the family, in bits.
+        max: u8,
+    },
+    /// The address has bits set past the prefix length (e.g. `10.0.0.1/8`), in a strict parse.
+    HostBitsSet,
+}
+
+impl fmt::Display for CidrError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CidrError::Syntax => f.write_str(
+                "not a CIDR: expected address/prefix-length, e.g. 10.244.0.0/16 or fd00:10:244::/56",
+            ),
+            CidrError::InvalidPrefixLen { prefix_len, max } => write!(
+                f,
+                "prefix length /{prefix_len} is longer than the address (at most /{max})"
+            ),
+            CidrError::HostBitsSet => {
+                f.write_str("address has bits set past the prefix length (not a network address)")
+            }
+        }
+    }
+}
+
+impl core::error::Error for CidrError {}
 
 #[cfg(test)]
 mod tests {

@@ -9,7 +9,9 @@
 use heapless::Vec;
 
 use crate::cidr::{Cidr, Family};
-use crate::cidr_set::{Allocation, BlockAllocation, BlockRequest, CidrSet};
+use crate::cidr_set::{
+    Allocation, BlockAllocation, BlockRequest, CidrSet, PoolRange, RangeCandidate,
+};
 use crate::error::AllocError;
 
 /// The pod CIDRs allocated to one node: one [`Allocation`] per address family, in the order of
@@ -430,6 +432,29 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>, const N: usize> Pool<S, N> {
         match self.sets.get_mut(set_index) {
             Some(set) => set.release_blocks(first, last),
             None => Ok(0),
+        }
+    }
+
+    /// Takes, in set `set_index` (as [`Pool::sets`]), a block found there by
+    /// [`CidrSet::find_block_within`] for `range`, moving the range's cursor: see
+    /// [`CidrSet::take_block_within`], which checks the candidate again (a stale one is refused,
+    /// never handed out twice). For a caller that decides across several sets first (one
+    /// ClusterCIDR's IPv4 and IPv6 ranges, all or nothing) and takes afterwards.
+    ///
+    /// # Errors
+    /// [`AllocError::StaleCandidate`] naming the range when there is no set `set_index`; the
+    /// errors of [`CidrSet::take_block_within`]. Nothing changes.
+    pub fn take_block_within_at(
+        &mut self,
+        set_index: usize,
+        range: &mut PoolRange,
+        candidate: RangeCandidate,
+    ) -> Result<BlockAllocation, AllocError> {
+        match self.sets.get_mut(set_index) {
+            Some(set) => set.take_block_within(range, candidate),
+            None => Err(AllocError::StaleCandidate {
+                range: range.cidr(),
+            }),
         }
     }
 

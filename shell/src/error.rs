@@ -68,6 +68,15 @@ pub enum Error {
     /// The metrics recorder could not be installed (another one already is).
     #[error("cannot install the metrics recorder: {0}")]
     Metrics(String),
+    /// `--cidr-allocator-type=MultiCIDRRangeAllocator`, and the API server does not serve
+    /// `nodeipam.io/v1alpha1` `clustercidrs` (404): the CRD is not installed.
+    #[error(
+        "--cidr-allocator-type=MultiCIDRRangeAllocator needs the ClusterCIDR CRD, which the API server does not serve ({message}): install it with `kubectl apply -f deploy/crds/clustercidrs.yaml` (or the chart's clusterCidrs.enabled=true)"
+    )]
+    ClusterCidrCrdMissing {
+        /// The API server's message.
+        message: String,
+    },
     /// A long-lived task (informer, workers, leader election, probe server) stopped or panicked
     /// while the controller was running: the process exits non-zero rather than live on
     /// half-alive.
@@ -96,6 +105,7 @@ impl Error {
             Error::Metrics(_) => "metrics",
             Error::Serving(_) => "serving",
             Error::TaskFailed { .. } => "task_failed",
+            Error::ClusterCidrCrdMissing { .. } => "cluster_cidr_crd_missing",
         }
     }
 

@@ -41,6 +41,11 @@ pub const RANGE_ALLOCATOR: &str = "RangeAllocator";
 /// cloud-provider-azure's allocator type: per-Node sizes, here from node-pool rules and labels
 /// ([`crate::node_pools`]).
 pub const CLOUD_ALLOCATOR: &str = "CloudAllocator";
+/// KEP-2593's allocator type (kube-controller-manager 1.25–1.28, removed since): the flag CIDRs
+/// are the default pool, sized as the `RangeAllocator` sizes them, and `nodeipam.io/v1alpha1`
+/// `ClusterCIDR` objects add pools at run time ([`crate::cluster_cidr`]; the CRD is
+/// `deploy/crds/clustercidrs.yaml`).
+pub const MULTI_CIDR_ALLOCATOR: &str = "MultiCIDRRangeAllocator";
 
 /// Default Lease name for leader election (`--leader-elect-resource-name`).
 pub const DEFAULT_LEASE_NAME: &str = "nodeipam-controller";
@@ -198,8 +203,10 @@ pub struct IpamFlags {
           num_args = 0..=1, require_equals = true, default_missing_value = "true",
           value_parser = pflag::parse_bool)]
     pub allocate_node_cidrs: bool,
-    /// CIDR allocator type: `RangeAllocator` (every Node gets the node CIDR mask size) or
-    /// `CloudAllocator` (per-Node sizes from --node-cidr-mask-size-rule and the Nodes' labels).
+    /// CIDR allocator type: `RangeAllocator` (every Node gets the node CIDR mask size),
+    /// `CloudAllocator` (per-Node sizes from --node-cidr-mask-size-rule and the Nodes' labels) or
+    /// `MultiCIDRRangeAllocator` (the RangeAllocator's pool from --cluster-cidr, plus the pools of
+    /// the cluster's nodeipam.io ClusterCIDR objects, watched; needs the CRD installed).
     #[arg(long, global = true, value_name = "TYPE", default_value = RANGE_ALLOCATOR, value_parser = parse_allocator_type)]
     pub cidr_allocator_type: String,
     /// CloudAllocator rule, repeatable: Nodes whose label KEY equals VALUE get /N (IPv4) and /M

@@ -20,10 +20,18 @@ pub const POD_CIDR_CONFLICT: &str = "PodCIDRConflict";
 /// label is fixed or removed.
 pub const NODE_CIDR_MASK_LABEL_INVALID: &str = "NodeCIDRMaskLabelInvalid";
 
+/// A `nodeipam.io` ClusterCIDR cannot be used as a pool (its spec breaks a rule the CRD should
+/// have refused — an older or edited CRD — or it overlaps what the allocator cannot share); the
+/// event is on the ClusterCIDR, its `Invalid` condition says the same. Ours, in upstream's style
+/// (KEP-2593's allocator had no such event: its API server refused these objects).
+pub const CLUSTER_CIDR_INVALID: &str = "ClusterCIDRInvalid";
+
 /// Action: allocating a pod CIDR for the Node.
 pub const ACTION_ALLOCATE: &str = "AllocatePodCIDR";
 /// Action: recording (occupying) the Node's existing pod CIDRs.
 pub const ACTION_OCCUPY: &str = "OccupyPodCIDR";
+/// Action: turning a ClusterCIDR into a pool (or not).
+pub const ACTION_SYNC_CLUSTER_CIDR: &str = "SyncClusterCIDR";
 /// Action: writing `spec.podCIDR(s)`.
 pub const ACTION_PATCH: &str = "PatchNode";
 

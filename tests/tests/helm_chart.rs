@@ -17,7 +17,10 @@ mod deploy;
 
 use std::collections::BTreeMap;
 
-use deploy::{HELM_HINT, PROMETHEUS_VALUES, helm_template, kustomized, named, round_trip};
+use deploy::{
+    CLUSTER_CIDRS_VALUES, HELM_HINT, PROMETHEUS_VALUES, helm_template, kustomized, named,
+    round_trip,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, Role, RoleBinding};
 use serde_json::Value;
@@ -45,6 +48,16 @@ fn by_identity(docs: Vec<Value>) -> BTreeMap<(String, String, String), Value> {
     let mut out = BTreeMap::new();
     for mut doc in docs {
         let metadata = doc["metadata"].as_object_mut().unwrap();
+        // Helm's keep policy on the CRD (uninstalling must not delete every ClusterCIDR).
+        if let Some(annotations) = metadata
+            .get_mut("annotations")
+            .and_then(Value::as_object_mut)
+        {
+            annotations.remove("helm.sh/resource-policy");
+            if annotations.is_empty() {
+                metadata.remove("annotations");
+            }
+        }
         if let Some(labels) = metadata.get_mut("labels").and_then(Value::as_object_mut) {
             for label in HELM_LABELS {
                 labels.remove(label);
@@ -95,6 +108,22 @@ fn the_default_render_is_the_kustomize_base() {
 #[test]
 fn prometheus_and_the_dashboard_switched_on_render_the_prometheus_overlay() {
     assert_same_objects(&PROMETHEUS_VALUES, "overlays/prometheus");
+}
+
+/// With the MultiCIDRRangeAllocator the chart renders `overlays/cluster-cidrs`: the CRD (the same
+/// as `deploy/crds/clustercidrs.yaml`, but for Helm's keep annotation), the flag, the RBAC rules.
+/// Without `clusterCidrs.installCRD` the CRD is left out and nothing else changes.
+#[test]
+fn the_multi_cidr_allocator_type_renders_the_cluster_cidrs_overlay() {
+    assert_same_objects(&CLUSTER_CIDRS_VALUES, "overlays/cluster-cidrs");
+    let mut without_crd = CLUSTER_CIDRS_VALUES.to_vec();
+    without_crd.extend(["--set", "clusterCidrs.installCRD=false"]);
+    let Some(Ok(docs)) = chart(&without_crd) else {
+        return;
+    };
+    assert!(docs.iter().all(|d| d["kind"] != "CustomResourceDefinition"));
+    assert!(docs.iter().any(|d| d["kind"] == "ClusterRole"
+        && d["metadata"]["name"] == "nodeipam-controller-cluster-cidrs"));
 }
 
 /// Every flag-valued setting, none at its default.

@@ -51,6 +51,9 @@ pub struct NodeCache {
     nodes: Mutex<HashMap<NodeName, CachedNode>>,
     /// The label keys a [`CachedNode`] keeps (those the node-pool rules read).
     label_keys: Vec<std::sync::Arc<str>>,
+    /// `Some`: every label is kept (ClusterCIDR node selectors may read any label, and objects
+    /// come at run time); each key is stored once here and shared by the Nodes that have it.
+    all_label_keys: Option<Mutex<std::collections::HashSet<std::sync::Arc<str>>>>,
 }
 
 impl NodeCache {
@@ -64,12 +67,41 @@ impl NodeCache {
         NodeCache {
             nodes: Mutex::default(),
             label_keys: keys.iter().map(|k| k.as_str().into()).collect(),
+            all_label_keys: None,
+        }
+    }
+
+    /// An empty cache that keeps every label of every Node (`MultiCIDRRangeAllocator`: the
+    /// ClusterCIDRs' node selectors, known only at run time, may read any of them).
+    pub fn with_all_labels() -> NodeCache {
+        NodeCache {
+            all_label_keys: Some(Mutex::default()),
+            ..NodeCache::default()
         }
     }
 
     /// The compact copy of `node` this cache keeps.
     fn compact(&self, node: &SlimNode) -> CachedNode {
-        CachedNode::of(node, &self.label_keys)
+        match &self.all_label_keys {
+            Some(keys) => {
+                let mut keys = keys.lock().unwrap_or_else(PoisonError::into_inner);
+                CachedNode::with_all_labels(node, |key| match keys.get(key) {
+                    Some(shared) => shared.clone(),
+                    None => {
+                        let shared: std::sync::Arc<str> = key.into();
+                        keys.insert(shared.clone());
+                        shared
+                    }
+                })
+            }
+            None => CachedNode::of(node, &self.label_keys),
+        }
+    }
+
+    /// [`NodeCache::compact`], for the tests of [`CachedNode`].
+    #[cfg(test)]
+    pub(super) fn compact_for_test(&self, node: &SlimNode) -> CachedNode {
+        self.compact(node)
     }
 
     fn nodes(&self) -> MutexGuard<'_, HashMap<NodeName, CachedNode>> {

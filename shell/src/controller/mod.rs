@@ -24,6 +24,7 @@
 //! ```
 
 mod backoff;
+pub mod cluster_cidrs;
 mod events;
 pub mod in_doubt;
 pub mod informer;
@@ -104,11 +105,16 @@ pub struct ControllerConfig {
     /// deadline first (default 0 in [`ControllerConfig::new`]; the request timeout when built
     /// from flags).
     pub startup_write_fence: Duration,
+    /// `--cidr-allocator-type=MultiCIDRRangeAllocator`: list and watch the `nodeipam.io`
+    /// ClusterCIDR objects and serve their pools beside the flag CIDRs ([`cluster_cidrs`]), and
+    /// keep every Node label (their node selectors may read any). Default `false`: nothing
+    /// about ClusterCIDRs is read or written.
+    pub cluster_cidrs: bool,
 }
 
 impl ControllerConfig {
     /// Defaults: 20 qps, burst 30, no leader election, 10 s request timeout, retries 250 ms→30 s,
-    /// 30 workers, streaming list, no start-up write fence.
+    /// 30 workers, streaming list, no start-up write fence, no ClusterCIDRs.
     pub fn new(ipam: IpamConfig) -> ControllerConfig {
         ControllerConfig {
             sizing: Sizing::range_allocator(&ipam),
@@ -124,6 +130,7 @@ impl ControllerConfig {
             workers: DEFAULT_WORKERS,
             initial_list: InitialList::Streaming,
             startup_write_fence: Duration::ZERO,
+            cluster_cidrs: false,
         }
     }
 

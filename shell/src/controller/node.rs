@@ -118,6 +118,22 @@ impl SlimNode {
         self.metadata.name.as_deref().unwrap_or_default()
     }
 
+    /// The compact copy of `node` with every label, each key through `shared_key` (so the Nodes
+    /// that have a key share one copy of it).
+    pub fn with_all_labels(
+        node: &SlimNode,
+        mut shared_key: impl FnMut(&str) -> Arc<str>,
+    ) -> CachedNode {
+        let mut cached = CachedNode::of(node, &[]);
+        if let Some(all) = &node.metadata.labels {
+            cached.labels = all
+                .iter()
+                .map(|(k, v)| (shared_key(k), v.as_str().into()))
+                .collect();
+        }
+        cached
+    }
+
     /// The decision logic's view of this Node.
     pub fn view(&self) -> NodeView {
         NodeView {
@@ -166,7 +182,8 @@ pub struct CachedNode {
     /// Whether `metadata.deletionTimestamp` is set.
     pub deleting: bool,
     /// The labels among the watched keys that the Node has: `(key, value)`, keys in the order
-    /// given to [`CachedNode::of`] (shared with it). Empty without node-pool rules.
+    /// given to [`CachedNode::of`] (shared with it). Empty without node-pool rules. Every label,
+    /// in key order, with [`CachedNode::with_all_labels`].
     pub labels: Box<[(Arc<str>, Box<str>)]>,
 }
 
@@ -186,6 +203,22 @@ impl CachedNode {
             deleting: node.deleting,
             labels,
         }
+    }
+
+    /// The compact copy of `node` with every label, each key through `shared_key` (so the Nodes
+    /// that have a key share one copy of it).
+    pub fn with_all_labels(
+        node: &SlimNode,
+        mut shared_key: impl FnMut(&str) -> Arc<str>,
+    ) -> CachedNode {
+        let mut cached = CachedNode::of(node, &[]);
+        if let Some(all) = &node.metadata.labels {
+            cached.labels = all
+                .iter()
+                .map(|(k, v)| (shared_key(k), v.as_str().into()))
+                .collect();
+        }
+        cached
     }
 
     /// The decision logic's view of this Node.
@@ -269,6 +302,27 @@ mod tests {
             }
         }
         assert!(checked >= 30, "only {checked} fixture Nodes");
+    }
+
+    /// With ClusterCIDRs every label is kept (any selector may read it), each key stored once
+    /// for all the Nodes that have it (the AKS fixture's three Nodes, 19 labels each).
+    #[test]
+    fn with_all_labels_every_label_is_kept_and_keys_are_shared() {
+        let cache = super::super::informer::NodeCache::with_all_labels();
+        let cached: Vec<CachedNode> = fixture_items("03-aks-kubenet-3nodes.json")
+            .into_iter()
+            .map(|item| {
+                let slim: SlimNode = serde_json::from_value(item).expect("a slim Node");
+                let node = cache.compact_for_test(&slim);
+                assert_eq!(node.view(&NodeName::from(slim.name())), slim.view());
+                assert_eq!(node.labels.len(), 19);
+                node
+            })
+            .collect();
+        assert_eq!(cached.len(), 3);
+        for (a, b) in cached[0].labels.iter().zip(cached[2].labels.iter()) {
+            assert!(Arc::ptr_eq(&a.0, &b.0), "key {} is shared", a.0);
+        }
     }
 
     /// The cache keeps only the watched labels (the AKS fixture's Nodes have 19).

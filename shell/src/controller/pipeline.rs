@@ -10,6 +10,7 @@ use kube::{Api, Client};
 use tokio::sync::watch;
 
 use super::backoff::RetryBackoff;
+use super::cluster_cidrs;
 use super::events::{self, EVENT_QUEUE_CAPACITY, EventSink};
 use super::in_doubt::InDoubtWrites;
 use super::informer::{self, InformerSettings, NodeCache, SyncState};
@@ -35,7 +36,11 @@ pub(super) async fn run(
     write_gate: WriteGate,
     in_doubt: Arc<InDoubtWrites>,
 ) -> Result<RunSummary, Error> {
-    let cache = Arc::new(NodeCache::with_label_keys(&allocator.sizing().label_keys()));
+    let cache = Arc::new(if config.cluster_cidrs {
+        NodeCache::with_all_labels()
+    } else {
+        NodeCache::with_label_keys(&allocator.sizing().label_keys())
+    });
     let allocator = Arc::new(Mutex::new(allocator));
     let health = config.health.clone();
     if !wait_for_write_fence(&write_gate, &mut stop).await {
@@ -45,6 +50,25 @@ pub(super) async fn run(
             held: BTreeMap::new(),
         });
     }
+    // The ClusterCIDRs before the Nodes: every existing podCIDR is occupied in its pool.
+    let cluster_cidrs = if config.cluster_cidrs {
+        let listed = cluster_cidrs::list(
+            &cluster_cidrs::api(client.clone()),
+            &allocator,
+            config
+                .retry_max_delay
+                .min(std::time::Duration::from_secs(5)),
+            &mut stop,
+        )
+        .await
+        .inspect_err(|e| health.set_failed(e.to_string()))?;
+        match listed {
+            Some(view) => Some(view),
+            None => return Ok(summary(&allocator)),
+        }
+    } else {
+        None
+    };
     let mut feed = Feed::start(&config, &client, cache, stop.clone());
     if !feed.wait_for_first_list(&mut stop, &health).await? {
         return Ok(summary(&allocator));
@@ -60,6 +84,9 @@ pub(super) async fn run(
         (write_gate, in_doubt),
         stop.clone(),
     );
+    // Dropped (aborted) before the wind-down: nothing more is written to ClusterCIDRs then.
+    let cluster_cidr_tasks =
+        cluster_cidrs.map(|view| ClusterCidrTasks::start(&config, &workers.shared, view));
     let mut signals = Signals {
         stop,
         broken: feed.broken.clone(),
@@ -67,6 +94,7 @@ pub(super) async fn run(
     };
     let Supervised { outcome, done } =
         supervise(&mut feed.informer, &mut workers.dispatcher, &mut signals).await;
+    drop(cluster_cidr_tasks);
     let outcome = judge(
         outcome,
         *signals.stop.borrow(),
@@ -220,8 +248,42 @@ impl Feed {
     }
 }
 
+/// The ClusterCIDR watch and writer ([`cluster_cidrs`]), started with the workers; aborted when
+/// dropped.
+struct ClusterCidrTasks {
+    _watch: OwnedTask<()>,
+    _writer: OwnedTask<()>,
+}
+
+impl ClusterCidrTasks {
+    fn start(
+        config: &ControllerConfig,
+        shared: &Arc<Shared>,
+        view: Arc<cluster_cidrs::ClusterCidrs>,
+    ) -> ClusterCidrTasks {
+        let api = cluster_cidrs::api(shared.client.clone());
+        let recorder = Recorder::new(
+            shared.client.clone(),
+            Reporter {
+                controller: CONTROLLER_NAME.to_owned(),
+                instance: config.instance.clone(),
+            },
+        );
+        ClusterCidrTasks {
+            _watch: OwnedTask::spawn(cluster_cidrs::watch(
+                api.clone(),
+                view.clone(),
+                shared.clone(),
+            )),
+            _writer: OwnedTask::spawn(cluster_cidrs::write(api, view, shared.clone(), recorder)),
+        }
+    }
+}
+
 /// The tasks started once the pool is occupied.
 struct Workers {
+    /// What the dispatcher and the workers share (the ClusterCIDR tasks use it too).
+    shared: Arc<Shared>,
     dispatcher: OwnedTask<Result<(), Error>>,
     event_writer: OwnedTask<()>,
     gauges: OwnedTask<()>,
@@ -283,8 +345,9 @@ impl Workers {
             broken: feed.broken_tx.clone(),
         });
         let gauges = OwnedTask::spawn(refresh_largest_free(allocator.clone()));
-        let dispatcher = OwnedTask::spawn(worker::dispatch(shared, stop));
+        let dispatcher = OwnedTask::spawn(worker::dispatch(shared.clone(), stop));
         Workers {
+            shared,
             dispatcher,
             event_writer,
             gauges,
@@ -383,6 +446,7 @@ async fn wind_down(feed: Feed, workers: Workers, done: Done, failed: bool) {
         ..
     } = feed;
     let Workers {
+        shared: _,
         dispatcher,
         event_writer,
         gauges,

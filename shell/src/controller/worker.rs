@@ -53,7 +53,7 @@ pub struct WriteGate {
 
 impl WriteGate {
     /// Waits until a write may start. `false`: it never may (leadership is gone).
-    async fn wait(&self) -> bool {
+    pub(super) async fn wait(&self) -> bool {
         tokio::time::sleep_until(self.not_before).await;
         let Some(lease) = &self.lease else {
             return true;
@@ -349,7 +349,7 @@ impl Shared {
     /// published under the allocator's lock: two workers reporting at once would otherwise publish
     /// in either order, and the older figures could stay published for good (found by the chaos
     /// suite, seed 1672: usage 6 blocks below the Nodes' after settling).
-    fn report_pool(&self) {
+    pub(super) fn report_pool(&self) {
         let allocator = lock(&self.allocator);
         let pools = allocator.pool_stats();
         m::set_pool_gauges(&pools, allocator.skipped_count());

@@ -121,6 +121,47 @@ fn bad_flags_are_rejected() {
     }
 }
 
+/// KEP-2593's type is accepted as upstream spelled it (and nothing close to it is); it keeps the
+/// RangeAllocator's sizing, so the node-pool flags still need `CloudAllocator`.
+#[test]
+fn the_multi_cidr_allocator_type_is_accepted_with_range_allocator_sizing() {
+    let cli = Cli::try_parse_from([
+        "nodeipam-controller",
+        "--cidr-allocator-type=MultiCIDRRangeAllocator",
+    ])
+    .expect("parses");
+    assert_eq!(cli.ipam.cidr_allocator_type, MULTI_CIDR_ALLOCATOR);
+    assert_eq!(
+        cli.ipam.node_pools().expect("no rules"),
+        NodePools::default()
+    );
+    let error = Cli::try_parse_from([
+        "nodeipam-controller",
+        "--cidr-allocator-type=MultiCIDRRangeAllocator",
+        "--allow-node-mask-label",
+    ])
+    .expect("parses")
+    .ipam
+    .node_pools()
+    .expect_err("needs CloudAllocator")
+    .to_string();
+    assert!(
+        error.contains("needs --cidr-allocator-type=CloudAllocator"),
+        "{error}"
+    );
+    for wrong in ["MultiCIDRAllocator", "multicidrrangeallocator"] {
+        let argv = [
+            "nodeipam-controller".to_owned(),
+            format!("--cidr-allocator-type={wrong}"),
+        ];
+        let error = Cli::try_parse_from(argv).expect_err(wrong).to_string();
+        assert!(
+            error.contains("MultiCIDRRangeAllocator are supported"),
+            "{error}"
+        );
+    }
+}
+
 #[test]
 fn node_pool_flags() {
     let parse = |args: &[&str]| {

@@ -4,14 +4,14 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::{CLOUD_ALLOCATOR, RANGE_ALLOCATOR, pflag};
+use super::{CLOUD_ALLOCATOR, MULTI_CIDR_ALLOCATOR, RANGE_ALLOCATOR, pflag};
 
 pub(super) fn parse_allocator_type(text: &str) -> Result<String, String> {
-    if text == RANGE_ALLOCATOR || text == CLOUD_ALLOCATOR {
+    if [RANGE_ALLOCATOR, CLOUD_ALLOCATOR, MULTI_CIDR_ALLOCATOR].contains(&text) {
         Ok(text.to_owned())
     } else {
         Err(format!(
-            "{RANGE_ALLOCATOR} and {CLOUD_ALLOCATOR} are supported"
+            "{RANGE_ALLOCATOR}, {CLOUD_ALLOCATOR} and {MULTI_CIDR_ALLOCATOR} are supported"
         ))
     }
 }

@@ -1,7 +1,7 @@
 //! A Node without podCIDRs: one block per cluster CIDR of the sizes its labels select, where each
 //! goes (placement), and the reasons given when none can be had.
 
-use nodeipam_core::{AllocError, BlockRequest, Cidr, Placement};
+use nodeipam_core::{AllocError, BlockAllocation, BlockRequest, Cidr, Family, Placement};
 
 use super::{
     Action, Allocator, Decision, EventKind, EventSpec, MetricEvent, Next, NodeRecord, NodeView,
@@ -18,6 +18,8 @@ impl Allocator {
         let masks = self.sizing.resolve(&node.labels).ok()?;
         let differences: Vec<String> = pod_cidrs
             .iter()
+            // A block of a ClusterCIDR's own size came from that pool: no mismatch.
+            .filter(|cidr| !self.is_cluster_cidr_block(**cidr))
             .filter_map(|cidr| {
                 let index = self
                     .sizing
@@ -58,99 +60,135 @@ impl Allocator {
     }
 
     /// Allocates one block per cluster CIDR for a Node without podCIDRs (no record for it), of
-    /// the sizes its labels select.
+    /// the sizes its labels select. Once a ClusterCIDR is hosted, through the pools in the Node's
+    /// serving order ([`Allocator::allocate_through_pools`]).
     pub(super) fn allocate(&mut self, node: &NodeView) -> Decision {
+        if self.cluster_cidrs.active {
+            return self.allocate_through_pools(node);
+        }
         let masks = match self.sizing.resolve(&node.labels) {
             Ok(masks) => masks,
             Err(error) => return self.refuse_mask_label(node, &error.to_string()),
         };
         self.label_refusals.remove(&node.name);
-        // One request per family (the pool's family order); `masks` has one size per cluster
-        // CIDR, the same for every cluster CIDR of a family: the family's first one is taken.
-        let requests: Vec<BlockRequest> = self
-            .pool
-            .families()
+        let requests = self.flag_requests(&masks);
+        match self.pool.allocate_node_blocks(&requests) {
+            Ok(blocks) => self.assigned(node, &blocks),
+            Err(error) => self.not_available(node, &error, &masks, ""),
+        }
+    }
+
+    /// One request per family of the flag CIDRs (their family order), of the size `masks` (one
+    /// per flag CIDR, the same for every cluster CIDR of a family) selects: the family's first
+    /// one is taken.
+    pub(super) fn flag_requests(&self, masks: &[NodeMask]) -> Vec<BlockRequest> {
+        self.flag_families()
             .iter()
             .filter_map(|family| {
                 let (set, mask) = self
-                    .pool
+                    .sizing
                     .sets()
                     .iter()
-                    .zip(&masks)
-                    .find(|(set, _)| set.cluster_cidr().family() == *family)?;
+                    .zip(masks)
+                    .find(|(set, _)| set.cluster_cidr.family() == *family)?;
                 Some(BlockRequest {
                     prefix_len: mask.prefix_len,
-                    placement: self.placement(set.cluster_cidr(), mask.prefix_len),
+                    placement: self.placement(set.cluster_cidr, mask.prefix_len),
                 })
             })
-            .collect();
-        match self.pool.allocate_node_blocks(&requests) {
-            Ok(blocks) => {
-                let pod_cidrs: Vec<Cidr> = blocks.iter().map(|b| b.cidr).collect();
-                let metrics = blocks
-                    .iter()
-                    .filter_map(|b| {
-                        self.cluster_cidr_of(b.cidr)
-                            .map(|cluster_cidr| MetricEvent::Allocated {
-                                cluster_cidr,
-                                tries: b.tries,
-                                blocks: b.block_count,
-                            })
-                    })
-                    .collect();
-                self.put(
-                    node.name.clone(),
-                    NodeRecord {
-                        held: pod_cidrs.as_slice().into(),
-                        state: RecordState::Pending(PendingWrite::default()),
-                        ahead_of_informer: false,
-                        served: true,
-                        uid: node.uid.as_deref().map(Into::into),
-                    },
-                );
-                let mut decision = Decision::assign(pod_cidrs, node.uid.as_deref());
-                decision.metrics = metrics;
-                decision
-            }
-            Err(error) => {
-                let mut metrics = Vec::new();
-                let mut reason = format!("no pod CIDR could be allocated: {error}");
-                match error {
-                    AllocError::Exhausted { cluster_cidr } => {
-                        metrics.push(MetricEvent::Exhausted { cluster_cidr });
-                        reason.push_str(&self.block_size_clause(cluster_cidr, &masks, false));
-                        reason.push_str(&self.space_holders(cluster_cidr));
-                    }
-                    // Several cluster CIDRs of the family, all full for this size: each is
-                    // counted as exhausted and described, flag order.
-                    AllocError::ClusterCidrsExhausted { family, .. } => {
-                        let full: Vec<Cidr> = self
-                            .pool
-                            .sets_of(family)
-                            .map(|set| set.cluster_cidr())
-                            .collect();
-                        for cluster_cidr in full {
-                            metrics.push(MetricEvent::Exhausted { cluster_cidr });
-                            reason.push_str(&self.block_size_clause(cluster_cidr, &masks, true));
-                            reason.push_str(&self.space_holders(cluster_cidr));
-                        }
-                    }
-                    _ => {}
-                }
-                let mut decision = Decision::new(Action::Fail {
-                    reason: reason.clone(),
-                })
-                .then(Next::WaitForFreeBlock);
-                decision.metrics = metrics;
-                decision.events.push(EventSpec {
-                    kind: EventKind::Warning,
-                    reason: reasons::CIDR_NOT_AVAILABLE,
-                    note: truncate_note(format!("Node {}: {reason}", node.name)),
-                    action: reasons::ACTION_ALLOCATE,
-                });
-                decision
+            .collect()
+    }
+
+    /// The families of the flag CIDRs, flag order (the first entry's family first).
+    pub(super) fn flag_families(&self) -> Vec<Family> {
+        let mut families = Vec::new();
+        for set in self.sizing.sets() {
+            if !families.contains(&set.cluster_cidr.family()) {
+                families.push(set.cluster_cidr.family());
             }
         }
+        families
+    }
+
+    /// Records `blocks` as the Node's pending allocation: the Assign decision with one
+    /// allocation metric per block (labelled with its backing set).
+    pub(super) fn assigned(&mut self, node: &NodeView, blocks: &[BlockAllocation]) -> Decision {
+        let pod_cidrs: Vec<Cidr> = blocks.iter().map(|b| b.cidr).collect();
+        let metrics = blocks
+            .iter()
+            .filter_map(|b| {
+                self.cluster_cidr_of(b.cidr)
+                    .map(|cluster_cidr| MetricEvent::Allocated {
+                        cluster_cidr,
+                        tries: b.tries,
+                        blocks: b.block_count,
+                    })
+            })
+            .collect();
+        self.put(
+            node.name.clone(),
+            NodeRecord {
+                held: pod_cidrs.as_slice().into(),
+                state: RecordState::Pending(PendingWrite::default()),
+                ahead_of_informer: false,
+                served: true,
+                uid: node.uid.as_deref().map(Into::into),
+            },
+        );
+        let mut decision = Decision::assign(pod_cidrs, node.uid.as_deref());
+        decision.metrics = metrics;
+        decision
+    }
+
+    /// The flag CIDRs had no block (`error`): the Node waits, with the reason, the exhaustion
+    /// metrics and one `CIDRNotAvailable` event. `also` is appended to the reason (the
+    /// ClusterCIDRs tried as well; empty without them).
+    pub(super) fn not_available(
+        &mut self,
+        node: &NodeView,
+        error: &AllocError,
+        masks: &[NodeMask],
+        also: &str,
+    ) -> Decision {
+        let mut metrics = Vec::new();
+        let mut reason = format!("no pod CIDR could be allocated: {error}");
+        match *error {
+            AllocError::Exhausted { cluster_cidr } => {
+                metrics.push(MetricEvent::Exhausted { cluster_cidr });
+                reason.push_str(&self.block_size_clause(cluster_cidr, masks, false));
+                reason.push_str(&self.space_holders(cluster_cidr));
+            }
+            // Several cluster CIDRs of the family, all full for this size: each is counted as
+            // exhausted and described, flag order.
+            AllocError::ClusterCidrsExhausted { family, .. } => {
+                let full: Vec<Cidr> = self
+                    .sizing
+                    .sets()
+                    .iter()
+                    .map(|set| set.cluster_cidr)
+                    .filter(|cidr| cidr.family() == family)
+                    .collect();
+                for cluster_cidr in full {
+                    metrics.push(MetricEvent::Exhausted { cluster_cidr });
+                    reason.push_str(&self.block_size_clause(cluster_cidr, masks, true));
+                    reason.push_str(&self.space_holders(cluster_cidr));
+                }
+            }
+            _ => {}
+        }
+        reason.push_str(also);
+        let mut decision = Decision::new(Action::Fail {
+            reason: reason.clone(),
+        })
+        .then(Next::WaitForFreeBlock);
+        decision.metrics = metrics;
+        decision.events.push(EventSpec {
+            kind: EventKind::Warning,
+            reason: reasons::CIDR_NOT_AVAILABLE,
+            note: truncate_note(format!("Node {}: {reason}", node.name)),
+            action: reasons::ACTION_ALLOCATE,
+        });
+        decision
     }
 
     /// Blocks coarser than the default size go first fit (cloud-provider-azure's order, packing
@@ -165,7 +203,7 @@ impl Allocator {
 
     /// A Node without podCIDRs whose mask label cannot be used: nothing is allocated until the
     /// label changes; the Warning event and the metric are emitted once per object and reason.
-    fn refuse_mask_label(&mut self, node: &NodeView, why: &str) -> Decision {
+    pub(super) fn refuse_mask_label(&mut self, node: &NodeView, why: &str) -> Decision {
         let reason = format!("{why}; no pod CIDR is allocated until the label is fixed or removed");
         let uid: Option<Box<str>> = node.uid.as_deref().map(Into::into);
         let mut decision = Decision::new(Action::Skip {
@@ -196,14 +234,17 @@ impl Allocator {
     /// cluster CIDR (for a family of several, each gets one clause).
     fn block_size_clause(&self, cluster_cidr: Cidr, masks: &[NodeMask], named: bool) -> String {
         let Some(index) = self
-            .pool
+            .sizing
             .sets()
             .iter()
-            .position(|s| s.cluster_cidr() == cluster_cidr)
+            .position(|s| s.cluster_cidr == cluster_cidr)
         else {
             return String::new();
         };
-        let (Some(set), Some(mask)) = (self.pool.sets().get(index), masks.get(index)) else {
+        let set = self
+            .containing_set(cluster_cidr)
+            .and_then(|i| self.pool.sets().get(i));
+        let (Some(set), Some(mask)) = (set, masks.get(index)) else {
             return String::new();
         };
         if mask.prefix_len == set.node_mask_size() && mask.source == MaskSource::Default {
@@ -256,11 +297,10 @@ impl Allocator {
 
     /// [`Allocator::space_holders`] computed: one pass over every record.
     fn find_space_holders(&self, cluster_cidr: Cidr) -> String {
+        // The backing set it lies in (itself, until a ClusterCIDR reshapes the sets).
         let Some(set) = self
-            .pool
-            .sets()
-            .iter()
-            .find(|s| s.cluster_cidr() == cluster_cidr)
+            .containing_set(cluster_cidr)
+            .and_then(|i| self.pool.sets().get(i))
         else {
             return String::new();
         };
@@ -277,7 +317,9 @@ impl Allocator {
                     .held
                     .iter()
                     .filter(move |c| {
-                        c.family() == cluster_cidr.family() && c.prefix_len() < coarsest
+                        c.family() == cluster_cidr.family()
+                            && c.prefix_len() < coarsest
+                            && c.overlaps(&cluster_cidr)
                     })
                     .filter_map(move |c| {
                         let (first, last) = set.block_range(*c).ok()?;

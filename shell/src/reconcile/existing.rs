@@ -77,7 +77,16 @@ impl Allocator {
                     }
                     return decision;
                 }
-                RecordState::Skipped(info) if info.raw == raw && record.is_for(uid) => {
+                // An out-of-range skip stands only while the podCIDRs are still out of range
+                // (a ClusterCIDR hosted since may cover them: then decided again below).
+                RecordState::Skipped(info)
+                    if info.raw == raw
+                        && record.is_for(uid)
+                        && !(info.kind == SkipKind::OutOfRange
+                            && parsed
+                                .as_deref()
+                                .is_some_and(|p| self.pool.check_node_within(p).is_ok())) =>
+                {
                     let (kind, reason) = (info.kind, info.reason.clone());
                     self.set_served(&node.name, served);
                     if entering {

@@ -38,27 +38,28 @@
 
 use std::collections::HashMap;
 
-use nodeipam_core::{
-    AllocError, Cidr, CidrSet, FreeBlock, IpamConfig, MAX_CLUSTER_CIDRS, Pool, storage_words_for,
-};
+use nodeipam_core::{AllocError, Cidr, CidrSet, FreeBlock, IpamConfig, Pool, storage_words_for};
 
 use crate::compact::Uid;
 use crate::node_pools::Sizing;
 use crate::reasons;
 
 mod allocate;
+mod cluster_cidrs;
 mod decision;
 pub mod diagnostics;
 mod existing;
 mod outcome;
 mod release;
 
+pub use cluster_cidrs::{ClusterCidrSync, MAX_BACKING_SETS};
 pub use decision::{
     Action, Decision, EventKind, EventSpec, MetricEvent, Next, NodeName, NodeView, SkipKind,
 };
 pub use outcome::{CannotApplyKind, FAILED_PATCHES_BEFORE_EVENT, PatchOutcome, pod_cidrs_patch};
 pub use release::uncovered_runs;
 
+use cluster_cidrs::ClusterCidrs;
 use decision::informer_behind;
 
 /// Capacity and usage of one cluster CIDR, in grid blocks (the `*_blocks` fields).
@@ -144,8 +145,12 @@ impl NodeRecord {
 /// copies it per pass; the model checker, `shell/tests/model_check.rs`, branches on it).
 #[derive(Debug, Clone)]
 pub struct Allocator {
-    /// One set per `--cluster-cidr` entry, flag order (several per family: issue 18 §1).
-    pool: Pool<Vec<u64>, MAX_CLUSTER_CIDRS>,
+    /// The backing sets: one per `--cluster-cidr` entry, flag order (several per family: issue
+    /// 18 §1); once ClusterCIDRs are hosted, reshaped to cover them too (disjoint, see
+    /// [`cluster_cidrs`]).
+    pool: Pool<Vec<u64>, MAX_BACKING_SETS>,
+    /// The ClusterCIDR pools and every pool's range ([`Allocator::sync_cluster_cidrs`]).
+    cluster_cidrs: ClusterCidrs,
     service_cidrs: Vec<Cidr>,
     nodes: HashMap<NodeName, NodeRecord>,
     /// Served records in [`RecordState::Skipped`] (kept in step by [`Allocator::put`],
@@ -208,6 +213,7 @@ impl Allocator {
             skipped: 0,
             sizing,
             label_refusals: HashMap::new(),
+            cluster_cidrs: ClusterCidrs::default(),
             holdings_generation: 0,
             space_holders_memo: None,
             space_holders_visited: 0,
@@ -432,7 +438,7 @@ impl Allocator {
     #[doc(hidden)]
     pub fn model_key(&self) -> String {
         use std::fmt::Write as _;
-        let mut key = format!("{:?}|", self.pool);
+        let mut key = format!("{:?}|{:?}|", self.pool, self.cluster_cidrs);
         let mut names: Vec<&NodeName> = self.nodes.keys().collect();
         names.sort();
         for name in names {

@@ -387,3 +387,73 @@ pub fn labelled_items(file: &str, key: &str, value: &str) -> Vec<Value> {
         .map(|n| labelled(n.clone(), key, value))
         .collect()
 }
+
+/// A `nodeipam.io/v1alpha1` ClusterCIDR named `name` with `spec`, created through the API (as
+/// `kubectl apply` would); the stored object.
+pub async fn create_cluster_cidr(sb: &SandboxHandle, name: &str, spec: Value) -> Value {
+    let api = nodeipam::controller::cluster_cidrs::api(sb.client());
+    let object: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "nodeipam.io/v1alpha1",
+        "kind": "ClusterCIDR",
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .unwrap();
+    let created = api
+        .create(&kube::api::PostParams::default(), &object)
+        .await
+        .unwrap_or_else(|e| panic!("creating ClusterCIDR {name}: {e}"));
+    serde_json::to_value(created).unwrap()
+}
+
+/// The stored ClusterCIDR `name` (`None` once it is gone).
+pub async fn cluster_cidr(sb: &SandboxHandle, name: &str) -> Option<Value> {
+    let api = nodeipam::controller::cluster_cidrs::api(sb.client());
+    api.get_opt(name)
+        .await
+        .unwrap()
+        .map(|o| serde_json::to_value(o).unwrap())
+}
+
+/// Deletes ClusterCIDR `name` (held by its finalizers until they are removed).
+pub async fn delete_cluster_cidr(sb: &SandboxHandle, name: &str) {
+    let api = nodeipam::controller::cluster_cidrs::api(sb.client());
+    api.delete(name, &kube::api::DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("deleting ClusterCIDR {name}: {e}"));
+}
+
+/// The `status` of condition `type_` of a ClusterCIDR object (`""` if it has none).
+pub fn condition(object: &Value, type_: &str) -> (String, String) {
+    object["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == type_)
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or_default().to_owned(),
+                c["reason"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .unwrap_or_default()
+}
+
+/// Polls `check` on ClusterCIDR `name` (its object, or `None` once gone) until it holds, at most
+/// [`WAIT`]; whether it did.
+pub async fn wait_cluster_cidr(
+    sb: &SandboxHandle,
+    name: &str,
+    check: impl Fn(Option<&Value>) -> bool,
+) -> bool {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if check(cluster_cidr(sb, name).await.as_ref()) {
+            return true;
+        }
+        if tokio::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -30,6 +30,13 @@ pub const PROMETHEUS_VALUES: [&str; 6] = [
     "grafanaDashboard.enabled=true",
 ];
 
+/// The `--set` values that make the chart render `overlays/cluster-cidrs` (the base plus the
+/// ClusterCIDR component: the CRD, `--cidr-allocator-type=MultiCIDRRangeAllocator`, its RBAC).
+pub const CLUSTER_CIDRS_VALUES: [&str; 2] = [
+    "--set",
+    "controller.cidrAllocatorType=MultiCIDRRangeAllocator",
+];
+
 /// The documents the tests check for `dir` (`deploy` or `overlays/prometheus`): the kustomization
 /// rendered ([`kustomized`]), or with `NODEIPAM_MANIFESTS=chart` the chart rendered in
 /// `kube-system` with its default values (`deploy`) or [`PROMETHEUS_VALUES`]
@@ -41,6 +48,7 @@ pub fn rendered(dir: &str) -> Vec<Value> {
     let values: &[&str] = match dir {
         "deploy" => &[],
         "overlays/prometheus" => &PROMETHEUS_VALUES,
+        "overlays/cluster-cidrs" => &CLUSTER_CIDRS_VALUES,
         other => panic!("NODEIPAM_MANIFESTS=chart: no chart values stand for {other}"),
     };
     match helm_template(values) {

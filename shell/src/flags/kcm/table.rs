@@ -65,7 +65,7 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
     // kcm's `CloudAllocator` "uses cloud platform support to do node CIDR range allocations"
     // (`pkg/controller/nodeipam/ipam/cidr_allocator.go`); ours is cloud-provider-azure's.
     flag("cidr-allocator-type", Value, Both, Implemented(
-        "`RangeAllocator` (the default: every Node gets the node CIDR mask size) or `CloudAllocator` (per-Node sizes from `--node-cidr-mask-size-rule` and the mask labels, as cloud-provider-azure's allocator sizes its node pools; kcm's `CloudAllocator` takes the ranges from the cloud instead); any other type exits 2")),
+        "`RangeAllocator` (the default: every Node gets the node CIDR mask size), `CloudAllocator` (per-Node sizes from `--node-cidr-mask-size-rule` and the mask labels, as cloud-provider-azure's allocator sizes its node pools; kcm's `CloudAllocator` takes the ranges from the cloud instead) or `MultiCIDRRangeAllocator` (KEP-2593's, removed from kcm after 1.28: the flag CIDRs are the default pool and `nodeipam.io/v1alpha1` ClusterCIDR objects add pools with node selectors at run time; needs the CRD, see [Growing the pod network](#growing-the-pod-network)); any other type exits 2")),
     flag("client-ca-file", Value, Both, Ignored(CLIENT_CERT_AUTH)),
     flag("cloud-config", Value, Both, Ignored(CLOUD)),
     flag("cloud-config-key", Value, AzureCcm, Ignored(CLOUD)),

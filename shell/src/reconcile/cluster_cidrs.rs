@@ -1,0 +1,421 @@
+//! The allocator's ClusterCIDR pools (issue 18 §2): [`Allocator::sync_cluster_cidrs`] takes the
+//! watch's whole view of the ClusterCIDR objects, [`Allocator::cluster_cidr_state`] says what
+//! each one's `status` should show.
+//!
+//! **One address space, several pools.** The allocator's [`nodeipam_core::Pool`] holds, per
+//! family, a list of disjoint *backing sets* ([`nodeipam_core::CidrSet`]). Every pool — each
+//! `--cluster-cidr` entry and each ClusterCIDR range — is a [`PoolRange`] (its CIDR and its own
+//! round-robin cursor) inside exactly one backing set, so pools that overlap share one bitmap and
+//! no address is handed out twice, whichever pool it is taken through. A ClusterCIDR range:
+//! - inside a backing set: a range on it; when its blocks are finer than the set's grid, the set
+//!   is re-gridded (a new set on the finer grid, [`nodeipam_core::CidrSet::occupy_allocations_of`]
+//!   carrying every allocated address over, conservatively: a coarse block marks all the finer
+//!   blocks it covers);
+//! - a supernet of backing sets, or disjoint from all: a new set covering it, on the finest grid
+//!   of the sets it contains and its own block size, with their allocations carried over.
+//!
+//! Service CIDRs are reserved in every new set they overlap. Sets never shrink while running: a
+//! set created for a ClusterCIDR stays while any range lies in it or any Node holds a block in
+//! it, and a re-gridded set keeps its finer grid, until restart. Without any ClusterCIDR the flag
+//! CIDRs' sets are exactly today's (one per entry, on the node-pool grid) and allocation takes
+//! today's path; from the first ClusterCIDR hosted on, the flag CIDRs are allocated through their
+//! ranges as well (a range equal to its set with the set's cursor allocates what the set's own
+//! search allocates), until restart.
+//!
+//! **"A Node holds a block from a ClusterCIDR"** means one of the CIDRs the allocator holds for it
+//! (its podCIDRs, a pending allocation, or the reserved part of a skipped Node's ranges) lies
+//! inside one of the ClusterCIDR's ranges. It is the only rule that survives a restart, since a
+//! podCIDR does not name the pool it came from; so where ClusterCIDRs overlap (a selector pool
+//! inside a fallback one), a block of the inner one counts for both. The finalizer rule (remove
+//! it when no Node holds a block) uses it.
+//!
+//! **Which pool serves a Node** without podCIDRs: [`crate::cluster_cidr::serving_order`]; the first
+//! pool that has a block in every family it has gives one block per family (all or nothing within
+//! one ClusterCIDR). A ClusterCIDR with one family gives a single-family Node, as upstream's
+//! `MultiCIDRRangeAllocator` did, even in a dual-stack cluster: the operator chose its ranges.
+
+use nodeipam_core::{AllocError, Cidr, CidrSet, PoolRange};
+
+use super::{Allocator, RecordState};
+use crate::cluster_cidr::ClusterCidrPool;
+use crate::cluster_cidr::status::{FamilyUsage, PoolState};
+
+mod serve;
+mod space;
+
+/// At most this many backing sets (flag CIDRs and ClusterCIDRs together, after merging nested
+/// ones): the allocator's [`nodeipam_core::Pool`] capacity. A ClusterCIDR that would need more is
+/// refused (its `Invalid` condition says so).
+pub const MAX_BACKING_SETS: usize = 64;
+
+/// What [`Allocator::sync_cluster_cidrs`] changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterCidrSync {
+    /// ClusterCIDRs now hosted that were not before (name order).
+    pub added: Vec<String>,
+    /// ClusterCIDRs no longer hosted (name order). What Nodes hold from them stays theirs.
+    pub removed: Vec<String>,
+    /// ClusterCIDRs valid as objects that the allocator cannot host, with the message for their
+    /// `Invalid` condition (e.g. a range whose blocks would cut a backing set into more than
+    /// 2^24 blocks, or more than [`MAX_BACKING_SETS`] sets). Listed on every sync they are
+    /// refused in; tried again on the next.
+    pub refused: Vec<(String, String)>,
+    /// New free capacity appeared (a ClusterCIDR was hosted): the controller wakes the Nodes
+    /// waiting for a block.
+    pub capacity_added: bool,
+    /// Skipped Nodes (e.g. out of range) whose podCIDRs now overlap a backing set: what overlaps
+    /// is now reserved for them; the controller decides them again (they may now be kept).
+    pub recheck: Vec<String>,
+}
+
+/// One hosted ClusterCIDR.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct HostedPool {
+    pub(super) pool: ClusterCidrPool,
+    /// One per family the pool has, IPv4 first.
+    pub(super) ranges: Vec<PoolRange>,
+}
+
+/// The allocator's ClusterCIDR state.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct ClusterCidrs {
+    /// Allocation goes through ranges (set when the first ClusterCIDR is hosted; until restart).
+    pub(super) active: bool,
+    /// One range per flag cluster CIDR ([`crate::node_pools::Sizing::sets`] order); used only
+    /// when `active`.
+    pub(super) flag_ranges: Vec<PoolRange>,
+    /// Hosted ClusterCIDRs, name order.
+    pub(super) hosted: Vec<HostedPool>,
+    /// Refused at the last sync: name and message.
+    pub(super) refused: Vec<(String, String)>,
+}
+
+impl ClusterCidrs {
+    /// Every range (flag CIDRs' and ClusterCIDRs'), for re-scaling cursors when sets change.
+    fn ranges_mut(&mut self) -> impl Iterator<Item = &mut PoolRange> {
+        self.flag_ranges
+            .iter_mut()
+            .chain(self.hosted.iter_mut().flat_map(|h| h.ranges.iter_mut()))
+    }
+
+    /// The hosted ClusterCIDR `name`.
+    pub(super) fn get(&self, name: &str) -> Option<&HostedPool> {
+        self.hosted.iter().find(|h| h.pool.name == name)
+    }
+}
+
+/// Whether two pools are hosted alike (same ranges and block size; selector and deletion may
+/// differ and are taken over without touching the sets).
+fn same_hosting(a: &ClusterCidrPool, b: &ClusterCidrPool) -> bool {
+    a.ipv4 == b.ipv4 && a.ipv6 == b.ipv6 && a.per_node_host_bits == b.per_node_host_bits
+}
+
+/// Whether `inner` lies inside `outer` (same family, at least as long a prefix, overlapping).
+pub(super) fn lies_inside(inner: Cidr, outer: Cidr) -> bool {
+    inner.family() == outer.family()
+        && inner.prefix_len() >= outer.prefix_len()
+        && outer.overlaps(&inner)
+}
+
+impl Allocator {
+    /// Replaces the allocator's ClusterCIDR pools with `pools`: the watch's whole current view,
+    /// each already read with [`ClusterCidrPool::from_object`] (invalid objects left out by the
+    /// caller). Idempotent: the same input again changes nothing (refused ones are listed again).
+    /// A name given twice counts once (the first). Pools are hosted in name order, each all or
+    /// nothing across its families.
+    ///
+    /// Never changes what any Node holds: a pool removed (or being deleted) keeps every block its
+    /// Nodes hold, and its backing set stays while any Node holds a block in it (see the module
+    /// docs). Skipped Nodes whose podCIDRs overlap a new set get that part reserved and are listed
+    /// in [`ClusterCidrSync::recheck`].
+    pub fn sync_cluster_cidrs(&mut self, pools: &[ClusterCidrPool]) -> ClusterCidrSync {
+        let mut wanted: Vec<&ClusterCidrPool> = Vec::new();
+        for pool in pools {
+            if !wanted.iter().any(|w| w.name == pool.name) {
+                wanted.push(pool);
+            }
+        }
+        wanted.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut sync = ClusterCidrSync::default();
+        // Removed, or re-created with other ranges: the old one goes first.
+        let before = std::mem::take(&mut self.cluster_cidrs.hosted);
+        for hosted in before {
+            match wanted.iter().find(|w| w.name == hosted.pool.name) {
+                Some(w) if same_hosting(w, &hosted.pool) => {
+                    self.cluster_cidrs.hosted.push(HostedPool {
+                        pool: (*w).clone(),
+                        ranges: hosted.ranges,
+                    });
+                }
+                _ => sync.removed.push(hosted.pool.name.clone()),
+            }
+        }
+        self.cluster_cidrs.refused.clear();
+        for pool in wanted {
+            if self.cluster_cidrs.get(&pool.name).is_some() {
+                continue;
+            }
+            self.activate_ranges();
+            match self.host(pool) {
+                Ok(()) => sync.added.push(pool.name.clone()),
+                Err(error) => sync.refused.push((
+                    pool.name.clone(),
+                    format!("cannot be hosted by the allocator: {error}"),
+                )),
+            }
+        }
+        self.cluster_cidrs
+            .hosted
+            .sort_by(|a, b| a.pool.name.cmp(&b.pool.name));
+        sync.removed.sort();
+        self.cluster_cidrs.refused = sync.refused.clone();
+        sync.capacity_added = !sync.added.is_empty();
+        self.drop_unused_sets();
+        if sync.capacity_added {
+            sync.recheck = self.reserve_for_skipped();
+        }
+        sync
+    }
+
+    /// Per ClusterCIDR name: its [`PoolState`] for [`crate::cluster_cidr::status`] — per family the
+    /// blocks of the pool's own size in its range (capacity, used = not entirely free, free), and
+    /// for a pool being deleted the number of Nodes holding a block inside its ranges (see the
+    /// module docs); [`PoolState::Invalid`] for one refused at the last sync; `None` for a name
+    /// the allocator does not know.
+    pub fn cluster_cidr_state(&self, name: &str) -> Option<PoolState> {
+        if let Some((_, message)) = self.cluster_cidrs.refused.iter().find(|(n, _)| n == name) {
+            return Some(PoolState::Invalid {
+                message: message.clone(),
+            });
+        }
+        let hosted = self.cluster_cidrs.get(name)?;
+        let usage = hosted
+            .ranges
+            .iter()
+            .map(|range| (range.cidr().family(), self.range_usage(&hosted.pool, range)))
+            .collect();
+        Some(if hosted.pool.deleting {
+            PoolState::Deleting {
+                usage,
+                holders: self.cluster_cidr_holders(&hosted.pool),
+            }
+        } else {
+            PoolState::Serving { usage }
+        })
+    }
+
+    /// Names of the hosted ClusterCIDRs, name order.
+    pub fn cluster_cidr_names(&self) -> Vec<String> {
+        self.cluster_cidrs
+            .hosted
+            .iter()
+            .map(|h| h.pool.name.clone())
+            .collect()
+    }
+
+    /// The hosted ClusterCIDR pools, name order (as last given to
+    /// [`Allocator::sync_cluster_cidrs`]).
+    pub fn cluster_cidr_pools(&self) -> Vec<&ClusterCidrPool> {
+        self.cluster_cidrs.hosted.iter().map(|h| &h.pool).collect()
+    }
+
+    /// Nodes holding a block from `pool`: records (not gone) with a held CIDR inside one of its
+    /// ranges.
+    fn cluster_cidr_holders(&self, pool: &ClusterCidrPool) -> usize {
+        let ranges: Vec<Cidr> = [pool.ipv4, pool.ipv6].into_iter().flatten().collect();
+        self.nodes
+            .values()
+            .filter(|r| r.state != RecordState::Gone)
+            .filter(|r| {
+                r.held
+                    .iter()
+                    .any(|c| ranges.iter().any(|range| lies_inside(*c, *range)))
+            })
+            .count()
+    }
+
+    /// Capacity / used / free of one range in blocks of the pool's own size.
+    fn range_usage(&self, pool: &ClusterCidrPool, range: &PoolRange) -> FamilyUsage {
+        let mask = pool.node_mask_size(range.cidr());
+        let bits = mask.saturating_sub(range.cidr().prefix_len()).min(24);
+        let capacity = 1u64 << bits;
+        let free = self
+            .containing_set(range.cidr())
+            .and_then(|i| self.pool.sets().get(i))
+            .and_then(|set| set.free_blocks_within(range, mask).ok())
+            .map_or(0, u64::from);
+        FamilyUsage {
+            capacity,
+            used: capacity.saturating_sub(free),
+            free,
+        }
+    }
+
+    /// Whether `cidr` lies inside a hosted ClusterCIDR's range and has that pool's block size
+    /// (a block the pool may have handed out: its size differs from the flags' on purpose).
+    pub(super) fn is_cluster_cidr_block(&self, cidr: Cidr) -> bool {
+        self.cluster_cidrs.hosted.iter().any(|h| {
+            h.ranges.iter().any(|r| {
+                lies_inside(cidr, r.cidr()) && h.pool.node_mask_size(r.cidr()) == cidr.prefix_len()
+            })
+        })
+    }
+
+    /// The index of the backing set `cidr` lies inside, if any.
+    pub(super) fn containing_set(&self, cidr: Cidr) -> Option<usize> {
+        self.pool
+            .sets()
+            .iter()
+            .position(|set| lies_inside(cidr, set.cluster_cidr()))
+    }
+
+    /// Before the first ClusterCIDR is hosted: one range per flag CIDR with its set's cursor, so
+    /// allocation through the ranges continues today's round-robin where it stands.
+    fn activate_ranges(&mut self) {
+        if self.cluster_cidrs.active {
+            return;
+        }
+        self.cluster_cidrs.flag_ranges = self
+            .pool
+            .sets()
+            .iter()
+            .map(|set| PoolRange::with_cursor(set.cluster_cidr(), set.next_candidate()))
+            .collect();
+        self.cluster_cidrs.active = true;
+    }
+
+    /// Hosts `pool` (all or nothing): reshapes a copy of the backing sets for each of its
+    /// ranges, then installs it.
+    fn host(&mut self, pool: &ClusterCidrPool) -> Result<(), AllocError> {
+        let mut sets: Vec<CidrSet<Vec<u64>>> = self.pool.sets().to_vec();
+        let mut ranges = Vec::new();
+        for range in [pool.ipv4, pool.ipv6].into_iter().flatten() {
+            space::host_range(
+                &mut sets,
+                range,
+                pool.node_mask_size(range),
+                &self.service_cidrs,
+            )?;
+            ranges.push(PoolRange::new(range));
+        }
+        self.install_sets(sets)?;
+        self.cluster_cidrs.hosted.push(HostedPool {
+            pool: pool.clone(),
+            ranges,
+        });
+        Ok(())
+    }
+
+    /// Replaces the backing sets with `sets` (checked disjoint and at most
+    /// [`MAX_BACKING_SETS`]), re-scaling every range's cursor to its new set's grid.
+    fn install_sets(&mut self, sets: Vec<CidrSet<Vec<u64>>>) -> Result<(), AllocError> {
+        let grids: Vec<(Cidr, u8)> = sets
+            .iter()
+            .map(|s| (s.cluster_cidr(), s.node_mask_size()))
+            .collect();
+        let old: Vec<(Cidr, u8)> = self
+            .pool
+            .sets()
+            .iter()
+            .map(|s| (s.cluster_cidr(), s.node_mask_size()))
+            .collect();
+        self.pool = nodeipam_core::Pool::from_sets(sets)?;
+        let grid_of = |table: &[(Cidr, u8)], cidr: Cidr| {
+            table
+                .iter()
+                .find(|(set, _)| lies_inside(cidr, *set))
+                .map(|(_, grid)| *grid)
+        };
+        for range in self.cluster_cidrs.ranges_mut() {
+            if let (Some(before), Some(after)) =
+                (grid_of(&old, range.cidr()), grid_of(&grids, range.cidr()))
+                && after > before
+            {
+                let cursor = range.cursor().checked_shl(u32::from(after - before));
+                *range = PoolRange::with_cursor(range.cidr(), cursor.unwrap_or(0));
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops the backing sets no range lies in and no record holds a block in (a removed pool's
+    /// set once its last Node is gone; its only content is then service CIDR reservations).
+    fn drop_unused_sets(&mut self) {
+        let ranges: Vec<Cidr> = self
+            .cluster_cidrs
+            .flag_ranges
+            .iter()
+            .chain(
+                self.cluster_cidrs
+                    .hosted
+                    .iter()
+                    .flat_map(|h| h.ranges.iter()),
+            )
+            .map(PoolRange::cidr)
+            .collect();
+        let keep: Vec<CidrSet<Vec<u64>>> = self
+            .pool
+            .sets()
+            .iter()
+            .filter(|set| {
+                let cidr = set.cluster_cidr();
+                ranges.iter().any(|r| lies_inside(*r, cidr))
+                    || self
+                        .nodes
+                        .values()
+                        .any(|record| record.held.iter().any(|c| c.overlaps(&cidr)))
+            })
+            .cloned()
+            .collect();
+        if self.cluster_cidrs.active && keep.len() != self.pool.sets().len() && !keep.is_empty() {
+            // Fewer disjoint sets than before: cannot fail.
+            let _ = self.install_sets(keep);
+        }
+    }
+
+    /// After sets were added: every skipped record's podCIDRs are occupied where they overlap a
+    /// set (as [`Allocator::startup_occupy`] reserves a skipped Node's ranges) and the part is
+    /// added to what the record holds. Returns the names whose holdings grew.
+    fn reserve_for_skipped(&mut self) -> Vec<String> {
+        let mut grown = Vec::new();
+        let names: Vec<super::NodeName> = self
+            .nodes
+            .iter()
+            .filter(|(_, r)| matches!(r.state, RecordState::Skipped(_)))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in names {
+            let Some(record) = self.nodes.get(&name) else {
+                continue;
+            };
+            let RecordState::Skipped(info) = &record.state else {
+                continue;
+            };
+            let new: Vec<Cidr> = info
+                .raw
+                .iter()
+                .filter_map(|text| Cidr::parse_sloppy(text).ok().map(|(c, _)| c))
+                .filter(|c| !record.held.contains(c))
+                .filter(|c| self.pool.set_index_of(*c).is_some())
+                .collect();
+            if new.is_empty() {
+                continue;
+            }
+            for cidr in &new {
+                let _ = self.pool.occupy(*cidr);
+            }
+            if let Some(record) = self.nodes.get_mut(&name) {
+                let mut held = record.held.to_vec();
+                held.extend(new);
+                record.held = held.into_boxed_slice();
+            }
+            self.holdings_generation = self.holdings_generation.wrapping_add(1);
+            grown.push(name.to_string());
+        }
+        grown.sort();
+        grown
+    }
+}
+
+#[cfg(test)]
+mod tests;
