@@ -312,20 +312,36 @@ impl Plan {
 /// in commit order (kept by [`super::AllocationMonitor`]).
 #[derive(Debug, Default)]
 pub struct PoolWatch {
-    /// ClusterCIDR name → its ranges with their block sizes.
-    live: BTreeMap<String, Vec<(IpNet, u8)>>,
+    /// ClusterCIDR name → its ranges with their block sizes, and whether it carries the
+    /// controller's finalizer.
+    live: BTreeMap<String, (Vec<(IpNet, u8)>, bool)>,
     /// Node name → podCIDRs.
     nodes: BTreeMap<String, Vec<IpNet>>,
 }
 
+fn has_pool_finalizer(object: &Value) -> bool {
+    object["metadata"]["finalizers"]
+        .as_array()
+        .is_some_and(|f| f.iter().any(|v| v.as_str() == Some(POOL_FINALIZER)))
+}
+
 impl PoolWatch {
-    /// A committed ClusterCIDR write; a violation if a removal left a Node holding a block of it.
+    /// A committed ClusterCIDR write; a violation if it let go of the controller's finalizer
+    /// while a Node held a block of it. (A ClusterCIDR deleted before the controller put its
+    /// finalizer on is removed by the API server at once, whatever Nodes hold: not the
+    /// controller's doing.)
     pub fn pool_commit(&mut self, name: &str, after: &Value, removed: bool) -> Option<String> {
-        if !removed {
-            self.live.insert(name.to_owned(), ranges_of(after));
+        let had = self.live.get(name).is_some_and(|(_, f)| *f);
+        let has = !removed && has_pool_finalizer(after);
+        let ranges = ranges_of(after);
+        if removed {
+            self.live.remove(name);
+        } else {
+            self.live.insert(name.to_owned(), (ranges.clone(), has));
+        }
+        if !had || has {
             return None;
         }
-        let ranges = self.live.remove(name).unwrap_or_else(|| ranges_of(after));
         let holders: Vec<String> = self
             .nodes
             .iter()
@@ -337,8 +353,11 @@ impl PoolWatch {
             .map(|(n, cidrs)| format!("{n} {cidrs:?}"))
             .take(5)
             .collect();
+        let what = if removed { "removed with" } else { "lost" };
         (!holders.is_empty()).then(|| {
-            format!("ClusterCIDR {name} was removed while Nodes held blocks of it: {holders:?}")
+            format!(
+                "ClusterCIDR {name} was {what} its finalizer while Nodes held blocks of it: {holders:?}"
+            )
         })
     }
 
@@ -374,7 +393,7 @@ impl PoolWatch {
             return false;
         }
         let first_family = spec.cluster_cidrs.first().map(|(c, _)| family_bits(c));
-        self.live.values().any(|ranges| {
+        self.live.values().any(|(ranges, _)| {
             let mut ordered = ranges.clone();
             ordered.sort_by_key(|(r, _)| Some(family_bits(r)) != first_family);
             ordered.len() == nets.len()
@@ -416,9 +435,7 @@ pub fn finalizer_problems(pools: &[Value], nodes: &[Value]) -> Vec<String> {
     let mut problems = Vec::new();
     for pool in pools {
         let name = pool["metadata"]["name"].as_str().unwrap_or_default();
-        let has_finalizer = pool["metadata"]["finalizers"]
-            .as_array()
-            .is_some_and(|f| f.iter().any(|v| v.as_str() == Some(POOL_FINALIZER)));
+        let has_finalizer = has_pool_finalizer(pool);
         let deleting = !pool["metadata"]["deletionTimestamp"].is_null();
         let ranges = ranges_of(pool);
         let holders = held
@@ -520,6 +537,9 @@ mod tests {
         .object();
         let mut watch = PoolWatch::default();
         assert_eq!(watch.pool_commit("p", &pool, false), None);
+        let mut guarded = pool.clone();
+        guarded["metadata"]["finalizers"] = json!([POOL_FINALIZER]);
+        assert_eq!(watch.pool_commit("p", &guarded, false), None);
         let node = json!({"spec": {"podCIDR": "10.66.1.64/26", "podCIDRs": ["10.66.1.64/26"]}});
         let spec = ClusterSpec::new(&[("10.64.0.0/14", 24)], &["10.67.252.0/22"]);
         assert!(watch.is_pool_allocation(&spec, &node));
@@ -527,7 +547,14 @@ mod tests {
         assert!(!watch.is_pool_allocation(&spec, &wrong_size));
         watch.node_commit("n", Some(&node));
         assert!(watch.pool_commit("p", &pool, true).is_some());
+        assert_eq!(
+            watch.pool_commit("p", &pool, true),
+            None,
+            "removed without ever having the finalizer: not the controller's doing"
+        );
         watch.node_commit("n", None);
+        assert_eq!(watch.pool_commit("p", &guarded, false), None);
+        assert_eq!(watch.pool_commit("p", &pool, false), None, "no holder left");
         assert_eq!(watch.pool_commit("p", &pool, true), None);
         assert!(
             !watch.is_pool_allocation(&spec, &node),
