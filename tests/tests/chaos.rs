@@ -87,6 +87,7 @@ fn run_seeds(
                     violations: vec![format!("the seed's task failed: {e}")],
                     plan: String::new(),
                     log: Vec::new(),
+                    cluster_cidrs,
                 }),
             };
             progress(&outcome);
@@ -113,6 +114,7 @@ fn run_seeds(
                             )],
                             plan: Plan::of_seed(seed, cluster_cidrs).to_string(),
                             log: Vec::new(),
+                            cluster_cidrs,
                         }),
                     };
                     (seed, outcome)

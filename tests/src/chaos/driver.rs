@@ -113,15 +113,18 @@ pub struct SeedFailure {
     pub plan: String,
     /// What the driver did and saw, with times since the start (ms).
     pub log: Vec<String>,
+    /// The seed's ClusterCIDR variant ([`Plan::generate_with_cluster_cidrs`]) failed.
+    pub cluster_cidrs: bool,
 }
 
 impl fmt::Display for SeedFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "chaos seed {} FAILED with {} violation(s); reproduce with\n  CHAOS_SEED={} cargo test -p nodeipam-tests --test chaos fixed_seeds -- --nocapture",
+            "chaos seed {} FAILED with {} violation(s); reproduce with\n  {}CHAOS_SEED={} cargo test -p nodeipam-tests --test chaos fixed_seeds -- --nocapture",
             self.seed,
             self.violations.len(),
+            if self.cluster_cidrs { "CHAOS_CLUSTER_CIDRS=1 " } else { "" },
             self.seed
         )?;
         for v in self.violations.iter().take(50) {
@@ -306,6 +309,7 @@ pub async fn run_plan(plan: &Plan) -> Result<SeedReport, SeedFailure> {
                 violations: vec![format!("the sandbox did not start: {e}")],
                 plan: plan.to_string(),
                 log: Vec::new(),
+                cluster_cidrs: plan.cluster_cidrs.is_some(),
             });
         }
     };
@@ -378,6 +382,7 @@ pub async fn run_plan(plan: &Plan) -> Result<SeedReport, SeedFailure> {
             violations: driver.violations,
             plan: plan.to_string(),
             log: driver.log,
+            cluster_cidrs: plan.cluster_cidrs.is_some(),
         })
     }
 }
