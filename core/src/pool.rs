@@ -509,6 +509,36 @@ mod tests {
         CidrSet::new(c, mask, vec![0; storage_words_for(c.prefix_len(), mask)]).unwrap()
     }
 
+    /// A candidate found in one set is taken there (the range's cursor moves, the set's does not);
+    /// a wrong set index, or the same candidate again, is refused and changes nothing.
+    #[test]
+    fn take_block_within_at_takes_a_found_block_once() {
+        let mut pool: Pool<StdVec<u64>, 4> =
+            Pool::from_sets([set("127.10.0.0/16", 24), set("127.11.0.0/16", 26)]).unwrap();
+        let mut range = PoolRange::new(cidr("127.11.4.0/24"));
+        let request = BlockRequest {
+            prefix_len: 26,
+            placement: crate::Placement::NextFromCursor,
+        };
+        let candidate = pool.sets()[1].find_block_within(&range, request).unwrap();
+        assert_eq!(
+            pool.take_block_within_at(7, &mut range, candidate),
+            Err(AllocError::StaleCandidate {
+                range: cidr("127.11.4.0/24")
+            })
+        );
+        let block = pool.take_block_within_at(1, &mut range, candidate).unwrap();
+        assert_eq!(block.cidr, cidr("127.11.4.0/26"));
+        assert_eq!((range.cursor(), pool.sets()[1].next_candidate()), (1, 0));
+        assert_eq!(
+            pool.take_block_within_at(1, &mut range, candidate),
+            Err(AllocError::StaleCandidate {
+                range: cidr("127.11.4.0/24")
+            })
+        );
+        assert_eq!(pool.sets()[1].allocated_count(), 1);
+    }
+
     #[test]
     fn check_node_within_refuses_a_pod_cidr_wider_than_its_cluster_cidr() {
         let pool = Pool::new(set("127.123.0.0/16", 24), Some(set("fd00:7f::/48", 64))).unwrap();

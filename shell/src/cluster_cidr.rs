@@ -357,6 +357,58 @@ impl ClusterCidrPool {
             .max()
     }
 
+    /// The label keys its selector reads (sorted, no duplicates): what a Node reader must keep of
+    /// a Node's labels for [`serving_order`] to see them (`plan` keeps only the labels it needs).
+    pub fn label_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self
+            .terms
+            .iter()
+            .flatten()
+            .flatten()
+            .filter_map(|r| match r {
+                Requirement::LabelIn(key, ..)
+                | Requirement::LabelExists(key, _)
+                | Requirement::LabelCompare(key, ..) => Some(key.clone()),
+                Requirement::NameIn(..) => None,
+            })
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
+    /// Its node selector in one line, in kubectl's label-selector spelling (`role in (a,b)`,
+    /// `gpu`, `!spot`, `rank>3`, `metadata.name in (n1)`): requirements of a term joined by
+    /// ` & `, terms by ` | `; `(none: fallback)` without a selector.
+    pub fn selector_summary(&self) -> String {
+        let Some(terms) = &self.terms else {
+            return "(none: fallback)".to_owned();
+        };
+        let requirement = |r: &Requirement| match r {
+            Requirement::LabelIn(key, values, inside) => format!(
+                "{key} {} ({})",
+                if *inside { "in" } else { "notin" },
+                values.join(",")
+            ),
+            Requirement::LabelExists(key, true) => key.clone(),
+            Requirement::LabelExists(key, false) => format!("!{key}"),
+            Requirement::LabelCompare(key, std::cmp::Ordering::Greater, bound) => {
+                format!("{key}>{bound}")
+            }
+            Requirement::LabelCompare(key, _, bound) => format!("{key}<{bound}"),
+            Requirement::NameIn(names, inside) => format!(
+                "metadata.name {} ({})",
+                if *inside { "in" } else { "notin" },
+                names.join(",")
+            ),
+        };
+        terms
+            .iter()
+            .map(|term| term.iter().map(requirement).collect::<Vec<_>>().join(" & "))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    }
+
     /// KEP-2593's tie-breaks after the matching count: fewest blocks, smaller blocks, then name.
     fn tie_break(&self) -> (u32, u8, &str) {
         (self.block_count(), self.per_node_host_bits, &self.name)

@@ -52,6 +52,9 @@ pub enum Error {
     /// The `plan` input is not a NodeList/List of Nodes/Node in JSON.
     #[error("invalid NodeList: {0}")]
     InvalidNodeList(String),
+    /// The `plan --cluster-cidrs` file is not a List of ClusterCIDRs or a ClusterCIDR in JSON.
+    #[error("invalid --cluster-cidrs file: {0}")]
+    InvalidClusterCidrs(String),
     /// A listener (metrics, health) could not be started.
     #[error("cannot listen on {address}: {source}")]
     Listen {
@@ -101,6 +104,7 @@ impl Error {
             Error::LeadershipLost => "leadership_lost",
             Error::Read { .. } => "read",
             Error::InvalidNodeList(_) => "invalid_node_list",
+            Error::InvalidClusterCidrs(_) => "invalid_cluster_cidrs",
             Error::Listen { .. } => "listen",
             Error::Metrics(_) => "metrics",
             Error::Serving(_) => "serving",
@@ -120,7 +124,8 @@ impl Error {
             | Error::NodePools(_)
             | Error::ClientConfig { .. }
             | Error::Read { .. }
-            | Error::InvalidNodeList(_) => 2,
+            | Error::InvalidNodeList(_)
+            | Error::InvalidClusterCidrs(_) => 2,
             Error::Serving(e) => e.exit_code(),
             _ => 1,
         }

@@ -152,6 +152,10 @@ pub struct PlanArgs {
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
+    /// ClusterCIDR objects to plan with, as JSON: the output of `kubectl get clustercidrs -o
+    /// json` (a List) or one object. Shows one row per ClusterCIDR and which Nodes it serves.
+    #[arg(long = "cluster-cidrs", value_name = "FILE")]
+    pub cluster_cidrs: Option<String>,
 }
 
 /// `plan` output format.

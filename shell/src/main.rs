@@ -99,8 +99,17 @@ fn run_plan(args: &PlanArgs, cli: &Cli, ignored: &[flags::kcm::GivenIgnoredFlag]
         Err(e) => return fail(&e),
     };
     let sizing = allocator.sizing().clone();
-    // Of each Node's labels, only those the node-pool rules read are kept.
-    let label_keys = sizing.label_keys();
+    let cluster_cidrs = match args.cluster_cidrs.as_deref().map(read_cluster_cidrs) {
+        None => nodeipam::plan::cluster_cidrs::ClusterCidrInput::default(),
+        Some(Ok(input)) => input,
+        Some(Err(e)) => return fail(&e),
+    };
+    // Of each Node's labels, only those the node-pool rules and the ClusterCIDRs' selectors read
+    // are kept.
+    let mut label_keys = sizing.label_keys();
+    label_keys.extend(cluster_cidrs.label_keys());
+    label_keys.sort();
+    label_keys.dedup();
     let nodes = if args.input == "-" {
         nodeipam::nodelist::read_nodes(std::io::stdin().lock(), "-", &label_keys)
     } else {
@@ -112,7 +121,8 @@ fn run_plan(args: &PlanArgs, cli: &Cli, ignored: &[flags::kcm::GivenIgnoredFlag]
             .and_then(|file| nodeipam::nodelist::read_nodes(file, &args.input, &label_keys))
     };
     let planner = match nodes {
-        Ok(nodes) => nodeipam::plan::Planner::with_allocator(&config, allocator, nodes),
+        Ok(nodes) => nodeipam::plan::Planner::with_allocator(&config, allocator, nodes)
+            .with_cluster_cidrs(cluster_cidrs),
         Err(e) => return fail(&e),
     };
     for line in startup::ignored_lines(ignored) {
@@ -137,6 +147,18 @@ fn run_plan(args: &PlanArgs, cli: &Cli, ignored: &[flags::kcm::GivenIgnoredFlag]
             1
         }
     }
+}
+
+/// `plan --cluster-cidrs FILE`: the file read ([`nodeipam::plan::cluster_cidrs::read_cluster_cidrs`]).
+fn read_cluster_cidrs(
+    path: &str,
+) -> Result<nodeipam::plan::cluster_cidrs::ClusterCidrInput, Error> {
+    std::fs::File::open(path)
+        .map_err(|source| Error::Read {
+            path: path.to_owned(),
+            source,
+        })
+        .and_then(|file| nodeipam::plan::cluster_cidrs::read_cluster_cidrs(file, path))
 }
 
 /// The controller: flags validated (and the allocator built) before the runtime starts, then

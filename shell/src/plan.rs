@@ -15,6 +15,15 @@
 //! names kept podCIDRs whose size differs from what their labels select now (they keep them:
 //! podCIDRs cannot change once set).
 //!
+//! With `--cluster-cidrs FILE` ([`cluster_cidrs`]) the ClusterCIDRs are hosted before anything
+//! is decided, an assigned block that lies in one names it in `reason` (`in ClusterCIDR
+//! <name>`), the `pools` rows are the allocator's backing sets (see
+//! [`crate::reconcile::Allocator::sync_cluster_cidrs`]), and one more key follows:
+//! `"clusterCIDRs":[{"name":…,"perNodeHostBits":…|null,"selector":…|null,
+//! "state":"serving"|"deleting"|"refused"|"invalid","reason":null|"…",
+//! "ranges":[{"cidr":…,"capacity":…,"used":…,"free":…}]}]` (blocks of the ClusterCIDR's own
+//! size). Without the flag the output is as before, byte for byte.
+//!
 //! Memory: [`Planner`] holds the input reduced to [`InputNode`]s (the informer cache's compact
 //! entries) and writes the output as it
 //! decides, never a whole report: JSON in one pass; the table in two passes (the first only
@@ -31,7 +40,11 @@ use crate::Error;
 use crate::diagnostics::{self, Finding};
 use crate::node_pools::{MaskSource, Sizing};
 use crate::nodelist::InputNode;
-use crate::reconcile::{Action, Allocator, NodeView};
+use crate::reconcile::{Action, Allocator, ClusterCidrSync, NodeView};
+
+pub mod cluster_cidrs;
+
+use cluster_cidrs::{ClusterCidrInput, PlanClusterCidr};
 
 /// What `plan` says about one Node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -79,8 +92,11 @@ pub struct PlanPool {
 pub struct PlanReport {
     /// One entry per Node, list order.
     pub nodes: Vec<PlanNode>,
-    /// One entry per cluster CIDR, flag order.
+    /// One entry per cluster CIDR, flag order (per backing set with ClusterCIDRs).
     pub pools: Vec<PlanPool>,
+    /// One entry per ClusterCIDR given with `--cluster-cidrs` (none without it).
+    #[serde(rename = "clusterCIDRs", skip_serializing_if = "Vec::is_empty")]
+    pub cluster_cidrs: Vec<PlanClusterCidr>,
 }
 
 impl PlanReport {
@@ -107,6 +123,7 @@ impl PlanReport {
             let _ = write_table_row(&mut out, widths, node);
         }
         let _ = write_table_pools(&mut out, &self.pools);
+        let _ = cluster_cidrs::write_table(&mut out, &self.cluster_cidrs);
         String::from_utf8(out).unwrap_or_default()
     }
 }
@@ -212,6 +229,9 @@ pub struct Planner<'a> {
     /// Fresh from [`Allocator::with_sizing`]: every pass over the Nodes starts from a copy.
     allocator: Allocator,
     nodes: Vec<InputNode>,
+    /// `--cluster-cidrs`: what was read, and what hosting it gave.
+    cluster_cidrs: ClusterCidrInput,
+    sync: ClusterCidrSync,
 }
 
 impl<'a> Planner<'a> {
@@ -249,7 +269,19 @@ impl<'a> Planner<'a> {
             config,
             allocator,
             nodes,
+            cluster_cidrs: ClusterCidrInput::default(),
+            sync: ClusterCidrSync::default(),
         }
+    }
+
+    /// This plan with the ClusterCIDRs of a `--cluster-cidrs` file hosted first (as the
+    /// controller hosts them before it occupies any podCIDR). The Nodes must have been read
+    /// keeping the labels [`ClusterCidrInput::label_keys`] names.
+    #[must_use]
+    pub fn with_cluster_cidrs(mut self, input: ClusterCidrInput) -> Planner<'a> {
+        self.sync = self.allocator.sync_cluster_cidrs(&input.pools);
+        self.cluster_cidrs = input;
+        self
     }
 
     /// The per-Node diagnostics ([`diagnostics::node_findings`]) of the served Nodes that have
@@ -264,8 +296,12 @@ impl<'a> Planner<'a> {
             .collect()
     }
 
-    /// Decides for every Node in list order, handing each entry to `sink`; returns the pools.
-    fn run(&self, mut sink: impl FnMut(PlanNode) -> io::Result<()>) -> io::Result<Vec<PlanPool>> {
+    /// Decides for every Node in list order, handing each entry to `sink`; returns the pools and
+    /// the ClusterCIDR rows.
+    fn run(
+        &self,
+        mut sink: impl FnMut(PlanNode) -> io::Result<()>,
+    ) -> io::Result<(Vec<PlanPool>, Vec<PlanClusterCidr>)> {
         // A copy: `write_table` passes over the Nodes twice, each from the fresh pool.
         let mut allocator = self.allocator.clone();
         // Start-up occupy, one Node at a time, keeping no decision: deciding a Node again below
@@ -284,26 +320,32 @@ impl<'a> Planner<'a> {
                 // Each write assumed applied; no index entry is kept for it (memory).
                 allocator.assign_untracked(&view)
             };
-            let note = size_note(&allocator, &view, &decision.action);
+            let note = size_note(&allocator, &view, &decision.action)
+                .or_else(|| pool_note(&allocator, &decision.action));
             let mut planned = entry(&view, decision.action);
             if planned.reason.is_none() {
                 planned.reason = note;
             }
             sink(planned)?;
         }
-        Ok(pool_entries(&allocator))
+        let rows = cluster_cidrs::rows(&allocator, &self.cluster_cidrs, &self.sync);
+        Ok((pool_entries(&allocator), rows))
     }
 
     /// Every entry, collected (for small inputs and tests).
     pub fn report(&self) -> PlanReport {
         let mut nodes = Vec::with_capacity(self.nodes.len());
-        let pools = self
+        let (pools, cluster_cidrs) = self
             .run(|node| {
                 nodes.push(node);
                 Ok(())
             })
             .unwrap_or_default();
-        PlanReport { nodes, pools }
+        PlanReport {
+            nodes,
+            pools,
+            cluster_cidrs,
+        }
     }
 
     /// Writes the JSON (one line and a newline), byte-identical to [`PlanReport::to_json`];
@@ -315,7 +357,7 @@ impl<'a> Planner<'a> {
         let mut served = true;
         let mut first = true;
         out.write_all(b"{\"nodes\":[")?;
-        let pools = self.run(|node| {
+        let (pools, rows) = self.run(|node| {
             served &= node.served();
             if !first {
                 out.write_all(b",")?;
@@ -325,6 +367,10 @@ impl<'a> Planner<'a> {
         })?;
         out.write_all(b"],\"pools\":")?;
         serde_json::to_writer(&mut *out, &pools).map_err(io::Error::other)?;
+        if !rows.is_empty() {
+            out.write_all(b",\"clusterCIDRs\":")?;
+            serde_json::to_writer(&mut *out, &rows).map_err(io::Error::other)?;
+        }
         out.write_all(b"}\n")?;
         Ok(served)
     }
@@ -342,11 +388,12 @@ impl<'a> Planner<'a> {
         })?;
         write_table_header(out, widths)?;
         let mut served = true;
-        let pools = self.run(|node| {
+        let (pools, rows) = self.run(|node| {
             served &= node.served();
             write_table_row(out, widths, &node)
         })?;
         write_table_pools(out, &pools)?;
+        cluster_cidrs::write_table(out, &rows)?;
         Ok(served)
     }
 }
@@ -419,6 +466,20 @@ fn size_note(allocator: &Allocator, view: &NodeView, action: &Action) -> Option<
         }
         _ => None,
     }
+}
+
+/// For an assigned block that lies in a ClusterCIDR's range with its block size: which one
+/// (`in ClusterCIDR <name>`; the rule of [`Allocator::cluster_cidr_block_of`]).
+fn pool_note(allocator: &Allocator, action: &Action) -> Option<String> {
+    let Action::Assign { pod_cidrs, .. } = action else {
+        return None;
+    };
+    let names: Vec<String> = pod_cidrs
+        .iter()
+        .filter_map(|c| allocator.cluster_cidr_block_of(*c))
+        .collect();
+    let first = names.first()?;
+    Some(format!("in ClusterCIDR {first}"))
 }
 
 fn entry(view: &NodeView, action: Action) -> PlanNode {
@@ -762,6 +823,7 @@ mod tests {
                 reason: Some("x".to_owned()),
             }],
             pools: Vec::new(),
+            cluster_cidrs: Vec::new(),
         };
         let table = report.to_table();
         assert_eq!(table.lines().count(), 4, "{table}");

@@ -583,3 +583,120 @@ fn cloud_allocator_sizes_openshift_masters_by_role() {
     assert_eq!(actions(&from_file), actions(&json));
     assert_eq!(from_file["pools"], json["pools"]);
 }
+
+/// `--cluster-cidrs` with a hand-written ClusterCIDR List (fixtures/clustercidrs) over fixture
+/// 08's real labels: the masters get /28s of their selector pool, the us-east1-b worker a /26 of
+/// the pool selecting its zone (the two-requirement match beats the deleting `retired` pool,
+/// which serves no new Node anyway), the other workers the flag CIDR and then the `overflow`
+/// fallback pool (a supernet of the flag CIDR: one backing set, 10.128.0.0/22). The invalid
+/// object is shown, not used.
+#[test]
+fn cluster_cidrs_serve_the_nodes_their_selectors_match() {
+    let pools = format!(
+        "{}/../fixtures/clustercidrs/openshift-gcp-pools.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let (code, json) = plan(
+        "08-openshift-gcp-6nodes-no-podcidr-obfuscated-ips.json",
+        &["--cluster-cidr=10.128.0.0/24", "--cluster-cidrs", &pools],
+    );
+    assert_eq!(code, 0, "{json}");
+    let got: Vec<(String, String, String)> = json["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| {
+            (
+                n["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .replace("ci-ln-d53y532-f76d1-2btqq-", ""),
+                n["podCIDRs"][0].as_str().unwrap_or_default().to_owned(),
+                n["reason"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("master-0", "10.200.0.0/28", "in ClusterCIDR masters"),
+        ("master-1", "10.200.0.16/28", "in ClusterCIDR masters"),
+        ("master-2", "10.200.0.32/28", "in ClusterCIDR masters"),
+        ("worker-b-7x8mw", "10.201.0.0/26", "in ClusterCIDR zone-b"),
+        ("worker-c-nmnbz", "10.128.0.0/24", "in ClusterCIDR overflow"),
+        ("worker-d-bpnbd", "10.128.1.0/24", "in ClusterCIDR overflow"),
+    ];
+    let expected: Vec<(String, String, String)> = expected
+        .iter()
+        .map(|(a, b, c)| ((*a).to_owned(), (*b).to_owned(), (*c).to_owned()))
+        .collect();
+    assert_eq!(got, expected);
+    let pools: Vec<(String, u64, u64)> = json["pools"]
+        .as_array()
+        .expect("pools")
+        .iter()
+        .map(|p| {
+            (
+                p["clusterCIDR"].as_str().unwrap_or_default().to_owned(),
+                p["nodeMaskSize"].as_u64().unwrap_or_default(),
+                p["used"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        pools,
+        [
+            ("10.128.0.0/22".to_owned(), 24, 2),
+            ("10.200.0.0/24".to_owned(), 28, 3),
+            ("10.202.0.0/23".to_owned(), 24, 0),
+            ("10.201.0.0/24".to_owned(), 26, 1),
+        ]
+    );
+    let rows: Vec<(String, String, Value)> = json["clusterCIDRs"]
+        .as_array()
+        .expect("clusterCIDRs")
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap_or_default().to_owned(),
+                r["state"].as_str().unwrap_or_default().to_owned(),
+                r["ranges"].clone(),
+            )
+        })
+        .collect();
+    let range = |cidr: &str, capacity: u64, used: u64| serde_json::json!([{"cidr": cidr, "capacity": capacity, "used": used, "free": capacity - used}]);
+    assert_eq!(
+        rows,
+        [
+            (
+                "masters".to_owned(),
+                "serving".to_owned(),
+                range("10.200.0.0/24", 16, 3)
+            ),
+            (
+                "overflow".to_owned(),
+                "serving".to_owned(),
+                range("10.128.0.0/22", 4, 2)
+            ),
+            (
+                "retired".to_owned(),
+                "deleting".to_owned(),
+                range("10.202.0.0/23", 2, 0)
+            ),
+            (
+                "zone-b".to_owned(),
+                "serving".to_owned(),
+                range("10.201.0.0/24", 4, 1)
+            ),
+            (
+                "too-small-blocks".to_owned(),
+                "invalid".to_owned(),
+                serde_json::json!([])
+            ),
+        ]
+    );
+    // Without the flag there is no clusterCIDRs key (the output is as before).
+    let (_, plain) = plan(
+        "08-openshift-gcp-6nodes-no-podcidr-obfuscated-ips.json",
+        &["--cluster-cidr=10.128.0.0/24"],
+    );
+    assert!(plain.get("clusterCIDRs").is_none(), "{plain}");
+}

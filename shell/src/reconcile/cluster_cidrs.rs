@@ -9,8 +9,9 @@
 //! no address is handed out twice, whichever pool it is taken through. A ClusterCIDR range:
 //! - inside a backing set: a range on it; when its blocks are finer than the set's grid, the set
 //!   is re-gridded (a new set on the finer grid, [`nodeipam_core::CidrSet::occupy_allocations_of`]
-//!   carrying every allocated address over, conservatively: a coarse block marks all the finer
-//!   blocks it covers);
+//!   carrying every allocated address over; a coarse block held only for finer CIDRs — a Node's
+//!   /26 on a /24 grid — is refined to them, one left whole when nothing the allocator holds
+//!   explains it);
 //! - a supernet of backing sets, or disjoint from all: a new set covering it, on the finest grid
 //!   of the sets it contains and its own block size, with their allocations carried over.
 //!
@@ -87,6 +88,9 @@ pub(super) struct ClusterCidrs {
     pub(super) flag_ranges: Vec<PoolRange>,
     /// Hosted ClusterCIDRs, name order.
     pub(super) hosted: Vec<HostedPool>,
+    /// The pools of `hosted`, same order: the slice [`crate::cluster_cidr::serving_order`]
+    /// takes, kept so that a Node's allocation does not copy every pool.
+    pub(super) pools: Vec<ClusterCidrPool>,
     /// Refused at the last sync: name and message.
     pub(super) refused: Vec<(String, String)>,
 }
@@ -121,9 +125,12 @@ pub(super) fn lies_inside(inner: Cidr, outer: Cidr) -> bool {
 impl Allocator {
     /// Replaces the allocator's ClusterCIDR pools with `pools`: the watch's whole current view,
     /// each already read with [`ClusterCidrPool::from_object`] (invalid objects left out by the
-    /// caller). Idempotent: the same input again changes nothing (refused ones are listed again).
-    /// A name given twice counts once (the first). Pools are hosted in name order, each all or
-    /// nothing across its families.
+    /// caller). Idempotent: the same input again changes no pool (refused ones are listed again;
+    /// a removed pool's backing set whose last Node has gone since is dropped). A name given twice
+    /// counts once (the first). Pools are hosted in name order, each all or nothing across its
+    /// families. Call it before [`Allocator::startup_occupy`], so the podCIDRs inside ClusterCIDR
+    /// ranges are occupied there rather than skipped as out of range (if it comes later, those
+    /// Nodes are listed in [`ClusterCidrSync::recheck`]).
     ///
     /// Never changes what any Node holds: a pool removed (or being deleted) keeps every block its
     /// Nodes hold, and its backing set stays while any Node holds a block in it (see the module
@@ -172,6 +179,12 @@ impl Allocator {
             .hosted
             .sort_by(|a, b| a.pool.name.cmp(&b.pool.name));
         sync.removed.sort();
+        self.cluster_cidrs.pools = self
+            .cluster_cidrs
+            .hosted
+            .iter()
+            .map(|h| h.pool.clone())
+            .collect();
         self.cluster_cidrs.refused = sync.refused.clone();
         let added_serving = sync.added.iter().any(|name| {
             self.cluster_cidrs
@@ -263,11 +276,22 @@ impl Allocator {
     /// Whether `cidr` lies inside a hosted ClusterCIDR's range and has that pool's block size
     /// (a block the pool may have handed out: its size differs from the flags' on purpose).
     pub(super) fn is_cluster_cidr_block(&self, cidr: Cidr) -> bool {
-        self.cluster_cidrs.hosted.iter().any(|h| {
-            h.ranges.iter().any(|r| {
-                lies_inside(cidr, r.cidr()) && h.pool.node_mask_size(r.cidr()) == cidr.prefix_len()
+        self.cluster_cidr_block_of(cidr).is_some()
+    }
+
+    /// The hosted ClusterCIDR (first in name order) one of whose ranges `cidr` lies in with that
+    /// pool's block size: the pool a block of that size there was taken through.
+    pub fn cluster_cidr_block_of(&self, cidr: Cidr) -> Option<String> {
+        self.cluster_cidrs
+            .hosted
+            .iter()
+            .find(|h| {
+                h.ranges.iter().any(|r| {
+                    lies_inside(cidr, r.cidr())
+                        && h.pool.node_mask_size(r.cidr()) == cidr.prefix_len()
+                })
             })
-        })
+            .map(|h| h.pool.name.clone())
     }
 
     /// The index of the backing set `cidr` lies inside, if any.
@@ -298,12 +322,20 @@ impl Allocator {
     fn host(&mut self, pool: &ClusterCidrPool) -> Result<(), AllocError> {
         let mut sets: Vec<CidrSet<Vec<u64>>> = self.pool.sets().to_vec();
         let mut ranges = Vec::new();
+        // What the records hold and the service CIDRs: what every allocated block stands for.
+        let known: Vec<Cidr> = self
+            .nodes
+            .values()
+            .flat_map(|r| r.held.iter().copied())
+            .chain(self.service_cidrs.iter().copied())
+            .collect();
         for range in [pool.ipv4, pool.ipv6].into_iter().flatten() {
             space::host_range(
                 &mut sets,
                 range,
                 pool.node_mask_size(range),
                 &self.service_cidrs,
+                &known,
             )?;
             ranges.push(PoolRange::new(range));
         }
@@ -431,3 +463,9 @@ mod tests;
 
 #[cfg(test)]
 mod finalizer_tests;
+
+#[cfg(test)]
+mod model_tests;
+
+#[cfg(test)]
+mod dual_stack_model_tests;

@@ -30,12 +30,20 @@ impl Allocator {
             })
     }
 
-    /// The events of [`crate::diagnostics::node_findings`] for `node` against this pool's cluster
-    /// CIDRs (flag order).
+    /// The events of [`crate::diagnostics::node_findings`] for `node` against the flag CIDRs
+    /// (flag order; the backing sets once ClusterCIDRs reshape them are not the configuration).
+    /// A Node whose podCIDRs all came from ClusterCIDRs may lack a family on purpose (a
+    /// single-family ClusterCIDR serves it): no missing-family finding for it.
     fn node_findings(&self, node: &NodeView) -> Vec<EventSpec> {
-        let cluster_cidrs: Vec<Cidr> = self.pool.sets().iter().map(|s| s.cluster_cidr()).collect();
+        let cluster_cidrs: Vec<Cidr> = self.sizing.sets().iter().map(|s| s.cluster_cidr).collect();
+        let from_pools = node
+            .parsed_pod_cidrs()
+            .is_some_and(|p| !p.is_empty() && p.iter().all(|c| self.is_cluster_cidr_block(*c)));
         crate::diagnostics::node_findings_in(&cluster_cidrs, node)
             .iter()
+            .filter(|f| {
+                !(from_pools && matches!(f, crate::diagnostics::Finding::MissingFamily { .. }))
+            })
             .filter_map(crate::diagnostics::Finding::event)
             .collect()
     }

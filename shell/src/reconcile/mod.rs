@@ -225,7 +225,8 @@ impl Allocator {
         &self.sizing
     }
 
-    /// The largest free aligned block of each cluster CIDR (flag order), `None` when it is full
+    /// The largest free aligned block of each cluster CIDR (flag order; per backing set as
+    /// [`Allocator::pool_stats`]), `None` when it is full
     /// (see [`CidrSet::largest_free_block`] for the cost).
     pub fn largest_free_blocks(&self) -> Vec<(Cidr, Option<FreeBlock>)> {
         self.pool
@@ -235,7 +236,10 @@ impl Allocator {
             .collect()
     }
 
-    /// Capacity and usage per cluster CIDR, flag order.
+    /// Capacity and usage per cluster CIDR, flag order; once ClusterCIDRs are hosted, per backing
+    /// set (disjoint, so nothing is counted twice: a set may cover several pools, see
+    /// [`Allocator::sync_cluster_cidrs`]), the flag CIDRs' sets (or the sets that replaced them)
+    /// first.
     pub fn pool_stats(&self) -> Vec<PoolStats> {
         self.pool
             .sets()
@@ -428,9 +432,10 @@ impl Allocator {
     }
 
     /// Everything that decides this allocator's future answers, as canonical text: the pool (every
-    /// set's bitmap, counts and next-candidate cursor), each record (sorted by name: CIDRs held,
-    /// state, uid, ahead of the informer, served) and the mask-label refusals. A pending write's failure
-    /// count only decides when its event is published, so it is cut at
+    /// set's bitmap, counts and next-candidate cursor), the ClusterCIDR pools with every range's
+    /// cursor, each record (sorted by name: CIDRs held, state, uid, ahead of the informer,
+    /// served) and the mask-label refusals. A pending write's failure count only decides when its
+    /// event is published, so it is cut at
     /// [`FAILED_PATCHES_BEFORE_EVENT`] + 1. Caches that change no answer (the exhaustion reason's
     /// memo, its cost counter) are left out. Two allocators with equal keys answer every call
     /// alike. For the model checker (`shell/tests/model_check.rs`), which identifies states by it;
