@@ -124,7 +124,11 @@ impl fmt::Display for SeedFailure {
             "chaos seed {} FAILED with {} violation(s); reproduce with\n  {}CHAOS_SEED={} cargo test -p nodeipam-tests --test chaos fixed_seeds -- --nocapture",
             self.seed,
             self.violations.len(),
-            if self.cluster_cidrs { "CHAOS_CLUSTER_CIDRS=1 " } else { "" },
+            if self.cluster_cidrs {
+                "CHAOS_CLUSTER_CIDRS=1 "
+            } else {
+                ""
+            },
             self.seed
         )?;
         for v in self.violations.iter().take(50) {
@@ -180,8 +184,12 @@ struct Driver<'p> {
     oracle: Option<OracleCount>,
     /// The ClusterCIDR variant's oracle: at a resourceVersion and for the leader's pool rows
     /// (CIDR, grid), the blocks the Nodes and service CIDRs cover per row.
-    pool_oracle: Option<(u64, Vec<(String, u8)>, Vec<u64>)>,
+    pool_oracle: Option<PoolOracle>,
 }
+
+/// The ClusterCIDR variant's oracle count: at a resourceVersion, for the leader's pool rows
+/// (CIDR, grid), the blocks in use per row.
+type PoolOracle = (u64, Vec<(String, u8)>, Vec<u64>);
 
 /// What the oracle counted at one resourceVersion.
 struct OracleCount {
