@@ -37,6 +37,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::node_selector::{validate_key, validate_value};
 
+/// The finalizer the controller keeps on each valid ClusterCIDR while Nodes may hold its blocks.
+pub const FINALIZER: &str = "nodeipam.io/cluster-cidr-finalizer";
+
 /// A `nodeipam.io/v1alpha1` `ClusterCIDR` as read from the API server (the fields the controller
 /// uses; the CRD's schema prunes anything else).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -207,6 +210,14 @@ pub struct ClusterCidrPool {
     pub per_node_host_bits: u8,
     /// Whether `deletionTimestamp` is set: it then serves no new Node.
     pub deleting: bool,
+    /// Whether the controller has yet to see its [`FINALIZER`] on the object: until then the pool
+    /// serves no new Node, so no Node gets a block from a ClusterCIDR whose deletion would not
+    /// wait for it (upstream's `MultiCIDRRangeAllocator` likewise added its finalizer before it
+    /// put a ClusterCIDR into its CIDR map); a Node whose serving order reaches it waits for the
+    /// finalizer instead of going to a later pool (at start-up the finalizers of ClusterCIDRs
+    /// created before the controller are written first). [`ClusterCidrPool::from_object`] leaves it `false`
+    /// (the steady state, which `plan` shows); the controller sets it from `metadata.finalizers`.
+    pub awaiting_finalizer: bool,
     /// `None`: no node selector (a fallback pool). Otherwise the terms, each a list of
     /// requirements.
     terms: Option<Vec<Vec<Requirement>>>,
@@ -284,8 +295,15 @@ impl ClusterCidrPool {
             // Checked above: 4 ..= 128.
             per_node_host_bits: u8::try_from(host_bits).unwrap_or(u8::MAX),
             deleting: object.metadata.deletion_timestamp.is_some(),
+            awaiting_finalizer: false,
             terms,
         })
+    }
+
+    /// Whether the pool serves Nodes without podCIDRs now: not being deleted and carrying the
+    /// finalizer ([`ClusterCidrPool::awaiting_finalizer`]).
+    pub fn serves_new_nodes(&self) -> bool {
+        !self.deleting && !self.awaiting_finalizer
     }
 
     /// The range of `family`, if the pool has one.
@@ -408,7 +426,9 @@ pub enum PoolChoice<'a> {
 
 /// The pools to try for a Node without podCIDRs, in KEP-2593's order (see the module docs): the
 /// ClusterCIDRs whose selector matches it, then the flag CIDRs, then the ClusterCIDRs without a
-/// selector. Pools being deleted are left out. The caller takes the first that has a block in
+/// selector. Pools being deleted are left out; a pool still awaiting the controller's finalizer
+/// ([`ClusterCidrPool::awaiting_finalizer`]) keeps its place, and the caller makes a Node whose
+/// turn reaches it wait rather than pass it by. The caller takes the first that has a block in
 /// every family it serves (all or nothing within one pool).
 pub fn serving_order<'a>(
     pools: &'a [ClusterCidrPool],

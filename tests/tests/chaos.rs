@@ -10,13 +10,16 @@
 //!   `nodeipam_tests::chaos::PhaseTimes`) and every failure in full on stdout:
 //!   `cargo test --release -p nodeipam-tests --test chaos -- --ignored --nocapture`.
 //!
+//! - `cluster_cidr_seeds` (part of `cargo test`): the ClusterCIDR variant of seeds 1..=8;
+//!   `CHAOS_CLUSTER_CIDRS=1` makes `fixed_seeds` and `many_seeds` run the variant too.
+//!
 //! Every failing seed is printed with its number, a command that re-runs it, its violations, its
 //! plan and the driver's log; the test then fails naming the seeds.
 #![allow(clippy::unwrap_used)]
 
 use std::time::Instant;
 
-use nodeipam_tests::chaos::{PhaseTimes, Plan, SeedFailure, SeedReport, run_seed};
+use nodeipam_tests::chaos::{PhaseTimes, Plan, SeedFailure, SeedReport, run_seed_variant};
 use tokio::task::JoinSet;
 
 /// Seeds `cargo test` runs: 1..=24, then the seeds that found a bug in long runs (RELIABILITY.md
@@ -36,6 +39,12 @@ const FIXED_SEEDS: [std::ops::RangeInclusive<u64>; 6] = [
 /// A seed takes 10–40 s (debug build, shared cores); one that runs for this long is stuck, which
 /// is a failure too (every wait inside a seed is bounded, so this is a last resort).
 const SEED_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// `CHAOS_CLUSTER_CIDRS=1`: `fixed_seeds` and `many_seeds` run the ClusterCIDR variant of each
+/// seed (`Plan::generate_with_cluster_cidrs`).
+fn cluster_cidrs_variant() -> bool {
+    env_u64("CHAOS_CLUSTER_CIDRS").is_some_and(|v| v == 1)
+}
 
 fn env_u64(name: &str) -> Option<u64> {
     let value = std::env::var(name).ok()?;
@@ -59,6 +68,7 @@ fn init_tracing() {
 fn run_seeds(
     seeds: Vec<u64>,
     parallel: usize,
+    cluster_cidrs: bool,
     mut progress: impl FnMut(&Result<SeedReport, SeedFailure>),
 ) -> Vec<SeedFailure> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -77,6 +87,7 @@ fn run_seeds(
                     violations: vec![format!("the seed's task failed: {e}")],
                     plan: String::new(),
                     log: Vec::new(),
+                    cluster_cidrs,
                 }),
             };
             progress(&outcome);
@@ -89,15 +100,21 @@ fn run_seeds(
             while tasks.len() < parallel.max(1) {
                 let Some(seed) = pending.next() else { break };
                 tasks.spawn(async move {
-                    let outcome = match tokio::time::timeout(SEED_TIMEOUT, run_seed(seed)).await {
+                    let outcome = match tokio::time::timeout(
+                        SEED_TIMEOUT,
+                        run_seed_variant(seed, cluster_cidrs),
+                    )
+                    .await
+                    {
                         Ok(outcome) => outcome,
                         Err(_) => Err(SeedFailure {
                             seed,
                             violations: vec![format!(
                                 "the seed did not finish within {SEED_TIMEOUT:?}"
                             )],
-                            plan: Plan::generate(seed).to_string(),
+                            plan: Plan::of_seed(seed, cluster_cidrs).to_string(),
                             log: Vec::new(),
+                            cluster_cidrs,
                         }),
                     };
                     (seed, outcome)
@@ -129,7 +146,7 @@ fn fixed_seeds() {
     init_tracing();
     let (seeds, parallel) = match env_u64("CHAOS_SEED") {
         Some(seed) => {
-            println!("{}", Plan::generate(seed));
+            println!("{}", Plan::of_seed(seed, cluster_cidrs_variant()));
             let repeat = env_u64("CHAOS_REPEAT").unwrap_or(1);
             (vec![seed; usize::try_from(repeat).unwrap()], 1)
         }
@@ -141,19 +158,44 @@ fn fixed_seeds() {
     let started = Instant::now();
     let count = seeds.len();
     let single = env_u64("CHAOS_SEED").is_some();
-    let failures = run_seeds(seeds, parallel, |outcome| match outcome {
-        Ok(report) => {
-            println!("{report}");
-            if single {
-                for line in &report.log {
-                    println!("  {line}");
+    let failures = run_seeds(
+        seeds,
+        parallel,
+        cluster_cidrs_variant(),
+        |outcome| match outcome {
+            Ok(report) => {
+                println!("{report}");
+                if single {
+                    for line in &report.log {
+                        println!("  {line}");
+                    }
                 }
             }
-        }
+            Err(failure) => println!("{failure}"),
+        },
+    );
+    println!(
+        "chaos: {count} seed(s), {} failed, {:.1} s",
+        failures.len(),
+        started.elapsed().as_secs_f64()
+    );
+    fail_with(&failures);
+}
+
+/// The ClusterCIDR variant (issue 18 §3: pools created and deleted during the run, a fallback
+/// pool, selector pools overlapping the flag CIDR; `nodeipam_tests::chaos` module `pools`) of
+/// seeds 1..=8, four at a time (`CHAOS_PARALLEL`).
+#[test]
+fn cluster_cidr_seeds() {
+    init_tracing();
+    let parallel = env_u64("CHAOS_PARALLEL").map_or(4, |p| usize::try_from(p).unwrap());
+    let started = Instant::now();
+    let failures = run_seeds((1..=8).collect(), parallel, true, |outcome| match outcome {
+        Ok(report) => println!("{report}"),
         Err(failure) => println!("{failure}"),
     });
     println!(
-        "chaos: {count} seed(s), {} failed, {:.1} s",
+        "chaos (ClusterCIDR variant): 8 seed(s), {} failed, {:.1} s",
         failures.len(),
         started.elapsed().as_secs_f64()
     );
@@ -168,8 +210,13 @@ fn many_seeds() {
     let count = env_u64("CHAOS_SEEDS").unwrap_or(10_000);
     let parallel = env_u64("CHAOS_PARALLEL").map_or(6, |p| usize::try_from(p).unwrap());
     println!(
-        "chaos: seeds {first}..{} ({count}), {parallel} at a time",
-        first + count
+        "chaos: seeds {first}..{} ({count}), {parallel} at a time{}",
+        first + count,
+        if cluster_cidrs_variant() {
+            ", ClusterCIDR variant"
+        } else {
+            ""
+        }
     );
     let started = Instant::now();
     let mut done = 0u64;
@@ -177,29 +224,35 @@ fn many_seeds() {
     // Where the passing seeds' wall time went (summed; the mean is printed with the progress).
     let mut phases = PhaseTimes::default();
     let mut passed = 0u32;
-    let failures = run_seeds((first..first + count).collect(), parallel, |outcome| {
-        done += 1;
-        match outcome {
-            Ok(report) => {
-                phases.add(&report.phases);
-                passed += 1;
+    let variant = cluster_cidrs_variant();
+    let failures = run_seeds(
+        (first..first + count).collect(),
+        parallel,
+        variant,
+        |outcome| {
+            done += 1;
+            match outcome {
+                Ok(report) => {
+                    phases.add(&report.phases);
+                    passed += 1;
+                }
+                Err(failure) => {
+                    failed += 1;
+                    println!("{failure}");
+                }
             }
-            Err(failure) => {
-                failed += 1;
-                println!("{failure}");
-            }
-        }
-        if done.is_multiple_of(100) || done == count {
-            let minutes = started.elapsed().as_secs_f64() / 60.0;
-            println!(
-                "chaos progress: {done}/{count} seeds run, {failed} failed, {:.1} min, {:.1} seeds/min; \
+            if done.is_multiple_of(100) || done == count {
+                let minutes = started.elapsed().as_secs_f64() / 60.0;
+                println!(
+                    "chaos progress: {done}/{count} seeds run, {failed} failed, {:.1} min, {:.1} seeds/min; \
                  mean of the passing seeds: {} ms, {}",
-                minutes,
-                done as f64 / minutes.max(1e-9),
-                phases.mean(passed).total().as_millis(),
-                phases.mean(passed)
-            );
-        }
-    });
+                    minutes,
+                    done as f64 / minutes.max(1e-9),
+                    phases.mean(passed).total().as_millis(),
+                    phases.mean(passed)
+                );
+            }
+        },
+    );
     fail_with(&failures);
 }

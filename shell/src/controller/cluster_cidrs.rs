@@ -157,7 +157,18 @@ impl ClusterCidrs {
         let pools: Vec<ClusterCidrPool> = view
             .values()
             .filter(|e| e.invalid.is_none())
-            .filter_map(|e| ClusterCidrPool::from_object(&e.observed.object).ok())
+            .filter_map(|e| {
+                let mut pool = ClusterCidrPool::from_object(&e.observed.object).ok()?;
+                pool.awaiting_finalizer = !e
+                    .observed
+                    .object
+                    .metadata
+                    .finalizers
+                    .iter()
+                    .flatten()
+                    .any(|f| f == FINALIZER);
+                Some(pool)
+            })
             .collect();
         let synced = allocator.sync_cluster_cidrs(&pools);
         for (name, why) in &synced.refused {

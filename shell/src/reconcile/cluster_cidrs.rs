@@ -61,8 +61,9 @@ pub struct ClusterCidrSync {
     /// 2^24 blocks, or more than [`MAX_BACKING_SETS`] sets). Listed on every sync they are
     /// refused in; tried again on the next.
     pub refused: Vec<(String, String)>,
-    /// New free capacity appeared (a ClusterCIDR was hosted): the controller wakes the Nodes
-    /// waiting for a block.
+    /// New free capacity appeared (a ClusterCIDR that serves new Nodes was hosted, or a hosted
+    /// one started serving: its finalizer seen): the controller wakes the Nodes waiting for a
+    /// block.
     pub capacity_added: bool,
     /// Skipped Nodes (e.g. out of range) whose podCIDRs now overlap a backing set: what overlaps
     /// is now reserved for them; the controller decides them again (they may now be kept).
@@ -144,11 +145,14 @@ impl Allocator {
         }
         wanted.sort_by(|a, b| a.name.cmp(&b.name));
         let mut sync = ClusterCidrSync::default();
+        // A hosted pool that starts serving (its finalizer seen) brings capacity too.
+        let mut started_serving = false;
         // Removed, or re-created with other ranges: the old one goes first.
         let before = std::mem::take(&mut self.cluster_cidrs.hosted);
         for hosted in before {
             match wanted.iter().find(|w| w.name == hosted.pool.name) {
                 Some(w) if same_hosting(w, &hosted.pool) => {
+                    started_serving |= w.serves_new_nodes() && !hosted.pool.serves_new_nodes();
                     self.cluster_cidrs.hosted.push(HostedPool {
                         pool: (*w).clone(),
                         ranges: hosted.ranges,
@@ -182,9 +186,14 @@ impl Allocator {
             .map(|h| h.pool.clone())
             .collect();
         self.cluster_cidrs.refused = sync.refused.clone();
-        sync.capacity_added = !sync.added.is_empty();
+        let added_serving = sync.added.iter().any(|name| {
+            self.cluster_cidrs
+                .get(name)
+                .is_some_and(|h| h.pool.serves_new_nodes())
+        });
+        sync.capacity_added = added_serving || started_serving;
         self.drop_unused_sets();
-        if sync.capacity_added {
+        if !sync.added.is_empty() {
             sync.recheck = self.reserve_for_skipped();
         }
         sync
@@ -451,6 +460,9 @@ impl Allocator {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod finalizer_tests;
 
 #[cfg(test)]
 mod model_tests;

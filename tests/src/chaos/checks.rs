@@ -23,6 +23,7 @@ use ipnet::IpNet;
 use serde_json::Value;
 
 use super::plan::{block_count, family_bits};
+use super::pools::PoolWatch;
 use crate::invariants::{ClusterSpec, pod_cidrs_of};
 use crate::sandbox::{ChangeType, Commit, RequestRecord, Resource, SandboxHandle, Verb};
 
@@ -82,6 +83,76 @@ pub struct Assignment {
 struct AllocationState {
     violations: Vec<String>,
     assignments: Vec<Assignment>,
+    /// The ClusterCIDR variant's view ([`super::pools`]), when attached for it.
+    pools: Option<PoolWatch>,
+}
+
+impl AllocationState {
+    fn observe(&mut self, spec: &ClusterSpec, commit: &Commit<'_>) {
+        let name = &commit.key.name;
+        let rv = commit.resource_version;
+        let removed = commit.change == ChangeType::Deleted;
+        if commit.resource == Resource::ClusterCidrs {
+            if let Some(pools) = &mut self.pools
+                && let Some(problem) = pools.pool_commit(name, commit.after, removed)
+            {
+                self.violations
+                    .push(format!("resourceVersion {rv}: {problem}"));
+            }
+            return;
+        }
+        if commit.resource != Resource::Nodes {
+            return;
+        }
+        if commit.change == ChangeType::Modified {
+            self.node_modified(spec, commit);
+        }
+        if let Some(pools) = &mut self.pools {
+            pools.node_commit(name, (!removed).then_some(commit.after));
+        }
+    }
+
+    fn node_modified(&mut self, spec: &ClusterSpec, commit: &Commit<'_>) {
+        let before = commit.before.map(pod_cidrs_of).unwrap_or_default();
+        let after = pod_cidrs_of(commit.after);
+        if before == after {
+            return;
+        }
+        let name = &commit.key.name;
+        let rv = commit.resource_version;
+        if !before.is_empty() {
+            self.violations.push(format!(
+                "resourceVersion {rv}: Node {name}'s podCIDRs changed from {before:?} to {after:?}"
+            ));
+            return;
+        }
+        self.assignments.push(Assignment {
+            resource_version: rv,
+            name: name.clone(),
+            uid: commit.after["metadata"]["uid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            pod_cidrs: after.clone(),
+        });
+        if let Some(problem) = allocation_problem(spec, commit.after) {
+            if self
+                .pools
+                .as_ref()
+                .is_some_and(|p| p.is_pool_allocation(spec, commit.after))
+            {
+                return;
+            }
+            let pools = if self.pools.is_some() {
+                " nor of any ClusterCIDR that exists"
+            } else {
+                ""
+            };
+            self.violations.push(format!(
+                "resourceVersion {rv}: Node {name} was given podCIDRs that are not an allocation{pools}: {problem}"
+            ));
+        }
+    }
 }
 
 /// Checks every podCIDR assignment the API server commits (see the module doc). Attach before
@@ -95,40 +166,30 @@ pub struct AllocationMonitor {
 impl AllocationMonitor {
     /// Observes every commit of `sandbox` from now on.
     pub fn attach(sandbox: &SandboxHandle, spec: ClusterSpec) -> AllocationMonitor {
-        let state = Arc::new(Mutex::new(AllocationState::default()));
+        AllocationMonitor::attach_with(sandbox, spec, None)
+    }
+
+    /// As [`AllocationMonitor::attach`], for the ClusterCIDR variant ([`super::pools`]): an
+    /// assignment may also come from a ClusterCIDR that exists at its commit, and a ClusterCIDR
+    /// may be removed only while no Node holds a podCIDR inside it.
+    pub fn attach_with_pools(sandbox: &SandboxHandle, spec: ClusterSpec) -> AllocationMonitor {
+        AllocationMonitor::attach_with(sandbox, spec, Some(PoolWatch::default()))
+    }
+
+    fn attach_with(
+        sandbox: &SandboxHandle,
+        spec: ClusterSpec,
+        pools: Option<PoolWatch>,
+    ) -> AllocationMonitor {
+        let state = Arc::new(Mutex::new(AllocationState {
+            pools,
+            ..AllocationState::default()
+        }));
         let seen = state.clone();
         let observer = sandbox.on_commit(Arc::new(move |commit: &Commit<'_>| {
-            if commit.resource != Resource::Nodes || commit.change != ChangeType::Modified {
-                return;
-            }
-            let before = commit.before.map(pod_cidrs_of).unwrap_or_default();
-            let after = pod_cidrs_of(commit.after);
-            if before == after {
-                return;
-            }
-            let mut s = seen.lock().unwrap_or_else(PoisonError::into_inner);
-            let name = &commit.key.name;
-            let rv = commit.resource_version;
-            if !before.is_empty() {
-                s.violations.push(format!(
-                    "resourceVersion {rv}: Node {name}'s podCIDRs changed from {before:?} to {after:?}"
-                ));
-                return;
-            }
-            s.assignments.push(Assignment {
-                resource_version: rv,
-                name: name.clone(),
-                uid: commit.after["metadata"]["uid"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned(),
-                pod_cidrs: after.clone(),
-            });
-            if let Some(problem) = allocation_problem(&spec, commit.after) {
-                s.violations.push(format!(
-                    "resourceVersion {rv}: Node {name} was given podCIDRs that are not an allocation: {problem}"
-                ));
-            }
+            seen.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .observe(&spec, commit);
         }));
         AllocationMonitor { state, observer }
     }

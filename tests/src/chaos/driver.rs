@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use super::checks::{AllocationMonitor, check_patches, pool_usage};
 use super::phases::{PhaseTimes, SettleWait};
 use super::plan::{Action, CHURN_LABEL, FINALIZER, NodeSpec, Plan, block, block_count, templates};
+use super::pools::{finalizer_problems, spec_of_rows};
 use crate::invariants::{ClusterSpec, ControllerView, check, name_of, pod_cidrs_of};
 use crate::monitor::OverlapMonitor;
 use crate::sandbox::{FaultRule, PatchType, Replicas, Sandbox, SandboxHandle, SandboxOptions};
@@ -112,15 +113,22 @@ pub struct SeedFailure {
     pub plan: String,
     /// What the driver did and saw, with times since the start (ms).
     pub log: Vec<String>,
+    /// The seed's ClusterCIDR variant ([`Plan::generate_with_cluster_cidrs`]) failed.
+    pub cluster_cidrs: bool,
 }
 
 impl fmt::Display for SeedFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "chaos seed {} FAILED with {} violation(s); reproduce with\n  CHAOS_SEED={} cargo test -p nodeipam-tests --test chaos fixed_seeds -- --nocapture",
+            "chaos seed {} FAILED with {} violation(s); reproduce with\n  {}CHAOS_SEED={} cargo test -p nodeipam-tests --test chaos fixed_seeds -- --nocapture",
             self.seed,
             self.violations.len(),
+            if self.cluster_cidrs {
+                "CHAOS_CLUSTER_CIDRS=1 "
+            } else {
+                ""
+            },
             self.seed
         )?;
         for v in self.violations.iter().take(50) {
@@ -146,6 +154,12 @@ pub async fn run_seed(seed: u64) -> Result<SeedReport, SeedFailure> {
     run_plan(&Plan::generate(seed)).await
 }
 
+/// Runs `seed`'s plan, or with `cluster_cidrs` its ClusterCIDR variant
+/// ([`Plan::generate_with_cluster_cidrs`]).
+pub async fn run_seed_variant(seed: u64, cluster_cidrs: bool) -> Result<SeedReport, SeedFailure> {
+    run_plan(&Plan::of_seed(seed, cluster_cidrs)).await
+}
+
 /// A controller process (`run()` on its own task).
 struct Replica {
     id: u32,
@@ -168,7 +182,14 @@ struct Driver<'p> {
     report: SeedReport,
     /// The last oracle count, reused while the store has not changed.
     oracle: Option<OracleCount>,
+    /// The ClusterCIDR variant's oracle: at a resourceVersion and for the leader's pool rows
+    /// (CIDR, grid), the blocks the Nodes and service CIDRs cover per row.
+    pool_oracle: Option<PoolOracle>,
 }
+
+/// The ClusterCIDR variant's oracle count: at a resourceVersion, for the leader's pool rows
+/// (CIDR, grid), the blocks in use per row.
+type PoolOracle = (u64, Vec<(String, u8)>, Vec<u64>);
 
 /// What the oracle counted at one resourceVersion.
 struct OracleCount {
@@ -296,11 +317,16 @@ pub async fn run_plan(plan: &Plan) -> Result<SeedReport, SeedFailure> {
                 violations: vec![format!("the sandbox did not start: {e}")],
                 plan: plan.to_string(),
                 log: Vec::new(),
+                cluster_cidrs: plan.cluster_cidrs.is_some(),
             });
         }
     };
     let overlap = OverlapMonitor::attach(&sb);
-    let allocation = AllocationMonitor::attach(&sb, spec.clone());
+    let allocation = if plan.cluster_cidrs.is_some() {
+        AllocationMonitor::attach_with_pools(&sb, spec.clone())
+    } else {
+        AllocationMonitor::attach(&sb, spec.clone())
+    };
     let mut driver = Driver {
         plan,
         sb,
@@ -313,12 +339,17 @@ pub async fn run_plan(plan: &Plan) -> Result<SeedReport, SeedFailure> {
         violations: Vec::new(),
         respawn_at: None,
         oracle: None,
+        pool_oracle: None,
         report: SeedReport {
             seed: plan.seed,
             nodes_created: plan.nodes_created(),
             ..SeedReport::default()
         },
     };
+    for pool in plan.cluster_cidrs.iter().flat_map(|p| &p.initial) {
+        let r = driver.sb.create_cluster_cidr(pool.object());
+        driver.actor(&format!("create {}", pool.name), r);
+    }
     driver.start_replicas();
     driver.report.phases.start = entered.elapsed();
     // The schedule's clock: a step is due its gap after the previous step was due, so neither
@@ -359,6 +390,7 @@ pub async fn run_plan(plan: &Plan) -> Result<SeedReport, SeedFailure> {
             violations: driver.violations,
             plan: plan.to_string(),
             log: driver.log,
+            cluster_cidrs: plan.cluster_cidrs.is_some(),
         })
     }
 }
@@ -394,6 +426,8 @@ impl Driver<'_> {
         config.request_timeout = self.plan.request_timeout;
         config.workers = self.plan.workers;
         config.instance = Some(identity.clone());
+        // `--cidr-allocator-type=MultiCIDRRangeAllocator` for the ClusterCIDR variant.
+        config.cluster_cidrs = self.plan.cluster_cidrs.is_some();
         config.leader_election = self.plan.leader_election(&identity);
         if config.leader_election.is_none() {
             // As `ControllerConfig::from_flags` does without leader election.
@@ -588,6 +622,16 @@ impl Driver<'_> {
             Action::Fault(rule) => {
                 self.sb.inject(rule.clone());
                 self.report.faults += 1;
+            }
+            Action::CreateClusterCidr(pool) => {
+                let r = self.sb.create_cluster_cidr(pool.object());
+                self.actor(&format!("create {}", pool.name), r);
+                self.note(format!("created {pool}"));
+            }
+            Action::DeleteClusterCidr(name) => {
+                let r = self.sb.delete_cluster_cidr(name);
+                self.actor(&format!("delete ClusterCIDR {name}"), r);
+                self.note(format!("deleted ClusterCIDR {name}"));
             }
             Action::DropWatches => self.sb.drop_watches(),
             Action::Compact => self.sb.compact(),
@@ -868,6 +912,9 @@ impl Driver<'_> {
         }
         let summary = self.sb.summary();
         let unserved = summary.nodes.saturating_sub(summary.nodes_with_pod_cidrs);
+        if self.plan.cluster_cidrs.is_some() {
+            return self.unsettled_with_pools(leader, unserved, summary.resource_version);
+        }
         // Only a cluster CIDR with fewer blocks than Nodes (and reserved blocks) can fill up.
         let might_be_full = self.spec.cluster_cidrs.iter().any(|(cluster, mask)| {
             block_count(cluster, *mask) < self.plan.nodes_created() as u128 + 64
@@ -924,6 +971,55 @@ impl Driver<'_> {
             ));
         }
         None
+    }
+
+    /// [`Driver::unsettled`] for the ClusterCIDR variant: the fallback pool has room for every
+    /// Node, so any unserved one is waited for; the leader's usage is compared per backing
+    /// address space (its pool rows, on its own grid); deletions its finalizer no longer needs to
+    /// hold must have gone through.
+    fn unsettled_with_pools(
+        &mut self,
+        leader: usize,
+        unserved: usize,
+        resource_version: u64,
+    ) -> Option<(SettleWait, String)> {
+        if unserved > 0 {
+            return Some((
+                SettleWait::Unserved,
+                format!("{unserved} Node(s) unserved (the fallback ClusterCIDR has room)"),
+            ));
+        }
+        let rows = self.replicas[leader].health.pools();
+        let row_keys: Vec<(String, u8)> = rows
+            .iter()
+            .map(|p| (p.cluster_cidr.to_string(), p.node_mask_size))
+            .collect();
+        let controller: Vec<u64> = rows.iter().map(|p| u64::from(p.used_blocks)).collect();
+        let oracle = match &self.pool_oracle {
+            Some((rv, keys, used)) if *rv == resource_version && *keys == row_keys => used.clone(),
+            _ => {
+                let spec = spec_of_rows(&row_keys, &self.spec);
+                let used: Vec<u64> = pool_usage(&self.sb.nodes(), &spec)
+                    .iter()
+                    .map(|(used, _)| *used)
+                    .collect();
+                self.pool_oracle = Some((resource_version, row_keys.clone(), used.clone()));
+                used
+            }
+        };
+        if controller != oracle {
+            return Some((
+                SettleWait::Usage,
+                format!(
+                    "the leader counts {controller:?} blocks in use in {row_keys:?}, the Nodes hold {oracle:?}"
+                ),
+            ));
+        }
+        let problems = finalizer_problems(&self.sb.cluster_cidrs(), &self.sb.nodes());
+        problems
+            .into_iter()
+            .next()
+            .map(|p| (SettleWait::Finalizers, p))
     }
 
     /// For the Nodes the violations name (at most 8): every podCIDR assignment committed and every
@@ -989,10 +1085,29 @@ impl Driver<'_> {
             self.violations.push(format!("at a committed write: {v}"));
         }
         let nodes = self.sb.nodes();
-        let usage = pool_usage(&nodes, &self.spec);
-        let full = usage
-            .iter()
-            .any(|(used, capacity)| u128::from(*used) >= *capacity);
+        let variant = self.plan.cluster_cidrs.is_some();
+        // The variant's oracle counts on the leader's backing address spaces (its grid).
+        let spec = match summary {
+            Some(s) if variant => {
+                let rows: Vec<(String, u8)> = s
+                    .pools
+                    .iter()
+                    .map(|p| (p.cluster_cidr.to_string(), p.node_mask_size))
+                    .collect();
+                spec_of_rows(&rows, &self.spec)
+            }
+            _ => self.spec.clone(),
+        };
+        if variant {
+            for problem in finalizer_problems(&self.sb.cluster_cidrs(), &nodes) {
+                self.violations.push(format!("end state: {problem}"));
+            }
+        }
+        let usage = pool_usage(&nodes, &spec);
+        let full = !variant
+            && usage
+                .iter()
+                .any(|(used, capacity)| u128::from(*used) >= *capacity);
         let mut unservable: BTreeSet<String> = nodes
             .iter()
             .map(name_of)
@@ -1008,7 +1123,7 @@ impl Driver<'_> {
         }
         let unservable_ref: Vec<&str> = unservable.iter().map(String::as_str).collect();
         let view = summary.map(controller_view);
-        match check(&nodes, &self.spec, &unservable_ref, view.as_ref()) {
+        match check(&nodes, &spec, &unservable_ref, view.as_ref()) {
             Ok(report) => {
                 self.report.served = report.served;
                 self.report.unservable = report.unservable;

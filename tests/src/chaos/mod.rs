@@ -85,6 +85,19 @@
 //! outside the service CIDRs; 7. nothing leaked: the pool's usage equals the blocks Nodes and
 //! service CIDRs cover, and what the controller holds per Node is what the Node has.
 //!
+//! # The ClusterCIDR variant
+//!
+//! `Plan::generate_with_cluster_cidrs` (module `pools`; the `cluster_cidr_seeds` test, or
+//! `CHAOS_CLUSTER_CIDRS=1`) runs a seed's plan with the controllers serving ClusterCIDR objects
+//! (`--cidr-allocator-type=MultiCIDRRangeAllocator`): a selector-less fallback pool from the start
+//! (disjoint from the flag CIDRs, or a supernet of them), and 2–5 steps creating selector pools
+//! (inside the flag CIDR with finer or coarser blocks, or small and disjoint; selectors on the
+//! fixture Nodes' real labels and the churned one) or deleting one. Invariant 2 then also accepts
+//! an allocation of one ClusterCIDR that exists at the commit; a ClusterCIDR may be removed only
+//! while no Node holds a podCIDR inside it; at the end every servable Node is served, the
+//! leader's usage matches per backing address space, and the finalizer is on every live pool and
+//! gone from every deleted one no Node holds a block of.
+//!
 //! # Reproducing
 //!
 //! The plan is a function of the seed; the interleaving of the controller's tasks, the sandbox and
@@ -96,14 +109,16 @@ mod checks;
 mod driver;
 mod phases;
 mod plan;
+mod pools;
 
 pub use checks::{AllocationMonitor, Assignment, allocation_problem, check_patches, pool_usage};
 pub use driver::{
     SETTLE_TIMEOUT, SeedFailure, SeedReport, build_node, cluster_spec, controller_view, run_plan,
-    run_seed,
+    run_seed, run_seed_variant,
 };
 pub use phases::{PhaseTimes, SettleWait};
 pub use plan::{
     Action, CHURN_LABEL, FINALIZER, ForeignKind, LeaseTiming, NETWORKS, Network, NodeSpec, Plan,
     Step, TEMPLATE_FIXTURES, Template, block, block_count, family_bits, templates,
 };
+pub use pools::{FALLBACK_POOL, POOL_FINALIZER, PoolPlan, PoolSpec, PoolWatch};

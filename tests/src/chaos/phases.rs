@@ -21,18 +21,22 @@ pub enum SettleWait {
     Unserved,
     /// The leader's pool usage differs from the blocks the Nodes hold.
     Usage,
+    /// A ClusterCIDR being deleted that no Node holds a block of still has the controller's
+    /// finalizer, or a live one lacks it (the ClusterCIDR variant).
+    Finalizers,
     /// Settled once; waiting to see it settled again.
     Confirm,
 }
 
 impl SettleWait {
     /// Every kind, in display order.
-    pub const ALL: [SettleWait; 6] = [
+    pub const ALL: [SettleWait; 7] = [
         SettleWait::LateWrites,
         SettleWait::NoLeader,
         SettleWait::LeaderNotReady,
         SettleWait::Unserved,
         SettleWait::Usage,
+        SettleWait::Finalizers,
         SettleWait::Confirm,
     ];
 
@@ -44,6 +48,7 @@ impl SettleWait {
             SettleWait::LeaderNotReady => "leader not ready",
             SettleWait::Unserved => "unserved",
             SettleWait::Usage => "usage",
+            SettleWait::Finalizers => "finalizers",
             SettleWait::Confirm => "confirm",
         }
     }
@@ -72,7 +77,7 @@ pub struct PhaseTimes {
     pub actions: Duration,
     /// The end phase: faults cleared → settled, split by what it waited for
     /// (indexed by [`SettleWait`]).
-    pub settle: [Duration; 6],
+    pub settle: [Duration; 7],
     /// Stopping the last controllers cleanly (standbys, then the leader).
     pub final_stop: Duration,
     /// The final checks (end state, request log).

@@ -313,6 +313,10 @@ pub enum Action {
         /// First index of their names (`foreign-in-<i>`).
         first: usize,
     },
+    /// Create a ClusterCIDR (the variant of [`super::pools`]).
+    CreateClusterCidr(super::pools::PoolSpec),
+    /// Delete a ClusterCIDR (it stays, terminating, while the controller's finalizer holds it).
+    DeleteClusterCidr(String),
 }
 
 /// A step: wait `gap` after the previous step, then do `action`.
@@ -357,6 +361,9 @@ pub struct Plan {
     pub initial: Vec<NodeSpec>,
     /// The schedule.
     pub steps: Vec<Step>,
+    /// The ClusterCIDR variant ([`Plan::generate_with_cluster_cidrs`]): the controllers run with
+    /// `--cidr-allocator-type=MultiCIDRRangeAllocator` and these ClusterCIDRs exist at the start.
+    pub cluster_cidrs: Option<super::pools::PoolPlan>,
 }
 
 /// The label the schedule churns.
@@ -497,6 +504,7 @@ impl Plan {
             history_limit: if rng.random_bool(0.2) { 300 } else { 5000 },
             initial: Vec::new(),
             steps: Vec::new(),
+            cluster_cidrs: None,
         };
         plan.draw_nodes_and_steps(&mut rng);
         plan
@@ -971,6 +979,9 @@ impl fmt::Display for Plan {
         )?;
         for node in self.initial.iter().filter(|n| !n.pod_cidrs.is_empty()) {
             writeln!(f, "  initial {} {:?}", node.name, node.pod_cidrs)?;
+        }
+        for pool in self.cluster_cidrs.iter().flat_map(|p| &p.initial) {
+            writeln!(f, "  initial {pool}")?;
         }
         let mut at = Duration::ZERO;
         for step in &self.steps {

@@ -41,6 +41,7 @@
 //! # }
 //! ```
 
+mod actor_cluster_cidrs;
 pub mod cluster_cidrs;
 pub mod conn;
 pub mod deadline;

@@ -26,8 +26,7 @@ use serde_json::{Value, json};
 use crate::cluster_cidr::ClusterCidrObject;
 use crate::cluster_cidr::status::{self, ClusterCidrStatus, PoolState};
 
-/// The finalizer the controller keeps on each valid ClusterCIDR while Nodes may hold its blocks.
-pub const FINALIZER: &str = "nodeipam.io/cluster-cidr-finalizer";
+pub use crate::cluster_cidr::FINALIZER;
 
 /// One ClusterCIDR as the watch shows it.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -4,8 +4,8 @@
 
 use nodeipam_core::{AllocError, BlockAllocation, BlockRequest, Cidr, Placement, RangeCandidate};
 
-use super::super::{Allocator, Decision, NodeView};
-use crate::cluster_cidr::{PoolChoice, serving_order};
+use super::super::{Action, Allocator, Decision, Next, NodeView};
+use crate::cluster_cidr::{FINALIZER, PoolChoice, serving_order};
 use crate::node_pools::NodeMask;
 
 /// Where one family's block would come from: the backing set, the range (flag index or
@@ -55,6 +55,9 @@ impl Allocator {
             let found = match (choice, &masks) {
                 (Some(pool), _) => {
                     if let Some(hosted) = self.cluster_cidrs.hosted.get(pool) {
+                        if hosted.pool.awaiting_finalizer {
+                            return Self::wait_for_finalizer(&hosted.pool.name);
+                        }
                         tried.push(hosted.pool.name.clone());
                     }
                     self.find_in_pool(pool).ok()
@@ -89,6 +92,19 @@ impl Allocator {
         };
         let error = flag_error.unwrap_or(AllocError::NoClusterCidr);
         self.not_available(node, &error, &masks, &also)
+    }
+
+    /// A Node whose turn reaches a ClusterCIDR that does not carry the controller's finalizer yet
+    /// waits for it (no event, no metric: the finalizer is the controller's next write), and is
+    /// woken when the pool starts serving ([`super::ClusterCidrSync::capacity_added`]).
+    fn wait_for_finalizer(pool: &str) -> Decision {
+        Decision::new(Action::Fail {
+            reason: format!(
+                "ClusterCIDR {pool} comes first for this Node but does not carry the finalizer \
+                 {FINALIZER} yet; waiting for it"
+            ),
+        })
+        .then(Next::WaitForFreeBlock)
     }
 
     /// One block per flag family, each from the family's first flag CIDR (flag order) with a

@@ -1,0 +1,45 @@
+//! ClusterCIDR objects written and read as an external actor (an operator's `kubectl`) would:
+//! straight into the store, with the CRD's validation and strategies, no faults.
+
+use serde_json::Value;
+
+use super::store::Key;
+use super::write::Deleted;
+use super::{ApiError, Ownership, Resource, SandboxHandle, TEST_ACTOR};
+
+impl SandboxHandle {
+    /// Create a ClusterCIDR (ADDED event).
+    ///
+    /// # Errors
+    /// As the API: 409 AlreadyExists, 422 Invalid.
+    pub fn create_cluster_cidr(&self, object: Value) -> Result<Value, ApiError> {
+        self.write(|s| {
+            s.create(
+                Resource::ClusterCidrs,
+                "",
+                object,
+                Ownership::Update(TEST_ACTOR.to_owned()),
+            )
+            .map(|o| o.to_value())
+        })
+    }
+
+    /// Delete a ClusterCIDR (marked with a `deletionTimestamp` while it has finalizers).
+    ///
+    /// # Errors
+    /// 404 NotFound.
+    pub fn delete_cluster_cidr(&self, name: &str) -> Result<Value, ApiError> {
+        self.write(|s| {
+            s.delete(&Key::new(Resource::ClusterCidrs, "", name), &Value::Null)
+                .map(|d| match d {
+                    Deleted::Marked(o) => o.to_value(),
+                    Deleted::Removed(status) => status,
+                })
+        })
+    }
+
+    /// Every ClusterCIDR.
+    pub fn cluster_cidrs(&self) -> Vec<Value> {
+        self.store().objects(Resource::ClusterCidrs, None)
+    }
+}
