@@ -3,17 +3,17 @@
 //! [`Allocator::sync_cluster_cidrs`] with the whole view, and the writer of finalizers, `/status`
 //! and `ClusterCIDRInvalid` events ([`decide`] decides, this module sends).
 //!
-//! - **Listed first.** [`list`] runs before the Node informer's first list is occupied, so every
+//! - **Listed first.** `list` runs before the Node informer's first list is occupied, so every
 //!   existing podCIDR is occupied in the pool that contains it. The CRD not installed (404) is
 //!   [`Error::ClusterCidrCrdMissing`], naming `kubectl apply -f deploy/crds/clustercidrs.yaml`;
 //!   another failure is retried with the informer's backoff.
-//! - **Watched.** [`watch`] runs kube-runtime's `watcher` over `Api<DynamicObject>` (the CRD is
+//! - **Watched.** `watch` runs kube-runtime's `watcher` over `Api<DynamicObject>` (the CRD is
 //!   ours but the status type lives apart from [`ClusterCidrObject`], so the objects are read
 //!   generically and split); after each change the allocator gets the whole view under its lock
 //!   and, when a pool brought capacity, every waiting Node is woken under the same lock (a Node
 //!   that failed just before the sync is then already among the waiters; one deciding after it
 //!   sees the new pool).
-//! - **Written.** [`write`] goes over every object when the view changes and at least every
+//! - **Written.** `write` goes over every object when the view changes and at least every
 //!   [`RECHECK_INTERVAL`] (so a finalizer is removed within about a second of the last holder
 //!   leaving, whichever path freed the block), leader only (it runs only inside an allocating
 //!   term), each write after the same write gate and token bucket as the Node PATCHes. A status is
