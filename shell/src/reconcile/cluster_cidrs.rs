@@ -93,6 +93,11 @@ pub(super) struct ClusterCidrs {
     pub(super) pools: Vec<ClusterCidrPool>,
     /// Refused at the last sync: name and message.
     pub(super) refused: Vec<(String, String)>,
+    /// Ranges once hosted under a name that no longer hosts them (the object gone, or its spec
+    /// edited in place through a CRD without the `self == oldSelf` rule), kept while a Node holds
+    /// a block inside them: they count for [`Allocator::cluster_cidr_state`]'s holders of a pool
+    /// of that name, so its finalizer stays until those Nodes leave too.
+    pub(super) retired: Vec<(String, Cidr)>,
 }
 
 impl ClusterCidrs {
@@ -127,7 +132,8 @@ impl Allocator {
     /// each already read with [`ClusterCidrPool::from_object`] (invalid objects left out by the
     /// caller). Idempotent: the same input again changes no pool (refused ones are listed again;
     /// a removed pool's backing set whose last Node has gone since is dropped). A name given twice
-    /// counts once (the first). Pools are hosted in name order, each all or nothing across its
+    /// counts once (the first). Pools are hosted in name order, those whose finalizer was seen
+    /// first (`awaiting_finalizer` false: hosted before), each all or nothing across its
     /// families. Call it before [`Allocator::startup_occupy`], so the podCIDRs inside ClusterCIDR
     /// ranges are occupied there rather than skipped as out of range (if it comes later, those
     /// Nodes are listed in [`ClusterCidrSync::recheck`]).
@@ -158,11 +164,27 @@ impl Allocator {
                         ranges: hosted.ranges,
                     });
                 }
-                _ => sync.removed.push(hosted.pool.name.clone()),
+                _ => {
+                    let name = &hosted.pool.name;
+                    for range in &hosted.ranges {
+                        let entry = (name.clone(), range.cidr());
+                        if !self.cluster_cidrs.retired.contains(&entry) {
+                            self.cluster_cidrs.retired.push(entry);
+                        }
+                    }
+                    sync.removed.push(name.clone());
+                }
             }
         }
+        self.retire_unheld();
         self.cluster_cidrs.refused.clear();
-        for pool in wanted {
+        // Pools carrying our finalizer first: they were hosted before (a refused pool never gets
+        // it), so a restart hosts them again even where a later-named pool was refused for
+        // `MAX_BACKING_SETS` while running (hosting it instead would leave their Nodes out of
+        // range and take their finalizer off). Stable: name order within each group.
+        let mut to_host = wanted.clone();
+        to_host.sort_by_key(|pool| pool.awaiting_finalizer);
+        for pool in to_host {
             if self.cluster_cidrs.get(&pool.name).is_some() {
                 continue;
             }
@@ -242,9 +264,14 @@ impl Allocator {
     }
 
     /// Nodes holding a block from `pool`: records (not gone) with a held CIDR inside one of its
-    /// ranges.
+    /// ranges, or inside a range retired under its name (see [`ClusterCidrs::retired`]).
     fn cluster_cidr_holders(&self, pool: &ClusterCidrPool) -> usize {
-        let ranges: Vec<Cidr> = [pool.ipv4, pool.ipv6].into_iter().flatten().collect();
+        let retired = self.cluster_cidrs.retired.iter();
+        let ranges: Vec<Cidr> = [pool.ipv4, pool.ipv6]
+            .into_iter()
+            .flatten()
+            .chain(retired.filter(|(n, _)| *n == pool.name).map(|(_, r)| *r))
+            .collect();
         self.nodes
             .values()
             .filter(|r| r.state != RecordState::Gone)
@@ -300,6 +327,16 @@ impl Allocator {
             .sets()
             .iter()
             .position(|set| lies_inside(cidr, set.cluster_cidr()))
+    }
+
+    /// Forgets the retired ranges no Node (not gone) holds a block inside any more.
+    fn retire_unheld(&mut self) {
+        let nodes = &self.nodes;
+        self.cluster_cidrs.retired.retain(|(_, range)| {
+            nodes.values().any(|r| {
+                r.state != RecordState::Gone && r.held.iter().any(|c| lies_inside(*c, *range))
+            })
+        });
     }
 
     /// Before the first ClusterCIDR is hosted: one range per flag CIDR with its set's cursor, so
@@ -469,3 +506,6 @@ mod model_tests;
 
 #[cfg(test)]
 mod dual_stack_model_tests;
+
+#[cfg(test)]
+mod hostile_objects_tests;
