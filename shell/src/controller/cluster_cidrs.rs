@@ -345,6 +345,7 @@ fn known(shared: &Shared, name: &str, entry: &Entry, memory: &WriterMemory) -> O
             },
             write_in_doubt: false,
             invalid_announced: memory.announced.contains(&announced_key),
+            retired_holders: lock(&shared.allocator).cluster_cidr_retired_holders(name),
         });
     }
     let pool = ClusterCidrPool::from_object(&entry.observed.object).ok()?;
@@ -367,6 +368,7 @@ fn known(shared: &Shared, name: &str, entry: &Entry, memory: &WriterMemory) -> O
         state,
         write_in_doubt,
         invalid_announced: false,
+        retired_holders: allocator.cluster_cidr_retired_holders(name),
     })
 }
 

@@ -263,6 +263,17 @@ impl Allocator {
         self.cluster_cidrs.hosted.iter().map(|h| &h.pool).collect()
     }
 
+    /// Nodes (not gone) holding a block inside a range once hosted under `name` and no longer
+    /// (see [`ClusterCidrs::retired`]); 0 for a name never hosted.
+    pub fn cluster_cidr_retired_holders(&self, name: &str) -> usize {
+        let retired = self.cluster_cidrs.retired.iter();
+        let ranges: Vec<Cidr> = retired
+            .filter(|(n, _)| n == name)
+            .map(|(_, r)| *r)
+            .collect();
+        self.holders_inside(&ranges)
+    }
+
     /// Nodes holding a block from `pool`: records (not gone) with a held CIDR inside one of its
     /// ranges, or inside a range retired under its name (see [`ClusterCidrs::retired`]).
     fn cluster_cidr_holders(&self, pool: &ClusterCidrPool) -> usize {
@@ -272,6 +283,14 @@ impl Allocator {
             .flatten()
             .chain(retired.filter(|(n, _)| *n == pool.name).map(|(_, r)| *r))
             .collect();
+        self.holders_inside(&ranges)
+    }
+
+    /// Records (not gone) with a held CIDR inside one of `ranges`.
+    fn holders_inside(&self, ranges: &[Cidr]) -> usize {
+        if ranges.is_empty() {
+            return 0;
+        }
         self.nodes
             .values()
             .filter(|r| r.state != RecordState::Gone)

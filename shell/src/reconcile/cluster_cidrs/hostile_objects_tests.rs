@@ -84,6 +84,7 @@ fn finalizer_removed(a: &Allocator, name: &str, spec: Value, deleting: bool) -> 
         state,
         write_in_doubt: false,
         invalid_announced: true,
+        retired_holders: a.cluster_cidr_retired_holders(name),
     };
     let observed = Observed {
         object: stored,
@@ -197,6 +198,10 @@ fn a_spec_edited_in_place_keeps_the_finalizer_while_nodes_hold_blocks_of_the_old
         a.cluster_cidr_state("grow")
     );
     assert!(!finalizer_removed(&a, "grow", edited, true));
+    // Edited once more, now invalid (`perNodeHostBits: 200`): the controller leaves it out; the
+    // masters are counted against the name for the writer's `Invalid` path.
+    a.sync_cluster_cidrs(&[]);
+    assert_eq!(a.cluster_cidr_retired_holders("grow"), 2);
     // The masters leave: now it may go.
     a.remove("master-0");
     a.remove("master-1");

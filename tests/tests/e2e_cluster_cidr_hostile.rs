@@ -1,0 +1,124 @@
+//! Hostile ClusterCIDR objects end to end on the sandbox (issue 18 §2), with fixture 05 (four
+//! AWS Nodes without podCIDRs) and a flag CIDR full after two: a ClusterCIDR `grow` serves the
+//! other two, then an operator whose CRD lacks our rules (no CEL `self == oldSelf`, no OpenAPI
+//! checks: [`SandboxHandle::drop_cluster_cidr_rules`]) edits its `spec` in place. Invariant: the
+//! finalizer stays while a Node holds a block the object handed out, whatever its spec says now.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{
+    WAIT, all_pod_cidrs, assert_no_cidr_handed_out_twice, cluster_cidr, create_cluster_cidr,
+    delete_cluster_cidr, fast_config, init_tracing, ipam, masks, spawn, unserved,
+    wait_cluster_cidr,
+};
+use kube::api::{Patch, PatchParams};
+use nodeipam::controller::cluster_cidrs::FINALIZER;
+use nodeipam_tests::sandbox::{Sandbox, SandboxHandle, fixture};
+use serde_json::{Value, json};
+
+fn has_finalizer(object: Option<&Value>) -> bool {
+    object.is_some_and(|o| {
+        o["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f == FINALIZER))
+    })
+}
+
+/// The two Nodes served from `grow` (`10.20.0.0/23`, /24 blocks), its finalizer on; the running
+/// controller.
+async fn two_nodes_in_grow(sb: &SandboxHandle) -> (common::Running, Vec<String>) {
+    let mut config = fast_config(ipam("10.10.0.0/23", "", masks(None, None, None)));
+    config.cluster_cidrs = true;
+    let running = spawn(sb, config);
+    running.wait_allocating(sb).await;
+    assert!(sb.wait_until(WAIT, |sb| unserved(sb).len() == 2).await);
+    create_cluster_cidr(
+        sb,
+        "grow",
+        json!({"ipv4": "10.20.0.0/23", "perNodeHostBits": 8}),
+    )
+    .await;
+    assert!(
+        sb.wait_until(WAIT, |sb| unserved(sb).is_empty()).await,
+        "{:?}",
+        all_pod_cidrs(sb)
+    );
+    assert!(wait_cluster_cidr(sb, "grow", has_finalizer).await);
+    let holders: Vec<String> = all_pod_cidrs(sb)
+        .into_iter()
+        .filter(|(_, c)| c[0].starts_with("10.20."))
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(holders.len(), 2, "{:?}", all_pod_cidrs(sb));
+    (running, holders)
+}
+
+/// Edits `grow`'s spec with a JSON merge patch (accepted: the rules are dropped).
+async fn edit_spec(sb: &SandboxHandle, spec: Value) {
+    sb.drop_cluster_cidr_rules();
+    let api = nodeipam::controller::cluster_cidrs::api(sb.client());
+    api.patch(
+        "grow",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": spec})),
+    )
+    .await
+    .unwrap();
+}
+
+/// Deleted after the edit: stays while the two Nodes hold their blocks, goes once they left.
+async fn held_until_the_nodes_leave(sb: &SandboxHandle, holders: &[String]) {
+    delete_cluster_cidr(sb, "grow").await;
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert!(
+        has_finalizer(cluster_cidr(sb, "grow").await.as_ref()),
+        "two Nodes hold blocks of grow's old range, yet its finalizer went: {:?}",
+        cluster_cidr(sb, "grow").await
+    );
+    for name in holders {
+        sb.delete_node(name).unwrap();
+    }
+    assert!(
+        wait_cluster_cidr(sb, "grow", |o| o.is_none()).await,
+        "{:?}",
+        cluster_cidr(sb, "grow").await
+    );
+}
+
+/// The range moved (`10.20.0.0/23` → `10.30.0.0/23`): a valid pool of other ranges now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_range_edited_in_place_keeps_the_finalizer_while_nodes_hold_the_old_blocks() {
+    init_tracing();
+    let sb = Sandbox::start(fixture("05-aws-4nodes-no-podcidr.json")).await;
+    let (running, holders) = two_nodes_in_grow(&sb).await;
+    edit_spec(&sb, json!({"ipv4": "10.30.0.0/23"})).await;
+    held_until_the_nodes_leave(&sb, &holders).await;
+    let _ = running.stop().await;
+    assert_no_cidr_handed_out_twice(&sb);
+}
+
+/// The spec made invalid (`perNodeHostBits: 200`): the object is `Invalid` now, but the Nodes
+/// still hold what it handed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_made_invalid_in_place_keeps_the_finalizer_while_nodes_hold_its_blocks() {
+    init_tracing();
+    let sb = Sandbox::start(fixture("05-aws-4nodes-no-podcidr.json")).await;
+    let (running, holders) = two_nodes_in_grow(&sb).await;
+    edit_spec(&sb, json!({"perNodeHostBits": 200})).await;
+    assert!(
+        wait_cluster_cidr(&sb, "grow", |o| o
+            .is_some_and(|o| common::condition(o, "Invalid").0 == "True"))
+        .await,
+        "{:?}",
+        cluster_cidr(&sb, "grow").await
+    );
+    assert!(
+        has_finalizer(cluster_cidr(&sb, "grow").await.as_ref()),
+        "Invalid now, but two Nodes hold its blocks: {:?}",
+        cluster_cidr(&sb, "grow").await
+    );
+    held_until_the_nodes_leave(&sb, &holders).await;
+    let _ = running.stop().await;
+    assert_no_cidr_handed_out_twice(&sb);
+}
