@@ -118,6 +118,23 @@ async fn a_spec_made_invalid_in_place_keeps_the_finalizer_while_nodes_hold_its_b
         "Invalid now, but two Nodes hold its blocks: {:?}",
         cluster_cidr(&sb, "grow").await
     );
+    // Its status shows no usage of a pool it no longer is, and is written once, not every
+    // round (a merge patch that leaves the old `ipv4` in place never matches what is wanted).
+    assert!(
+        wait_cluster_cidr(&sb, "grow", |o| o
+            .is_some_and(|o| o["status"].get("ipv4").is_none()))
+        .await,
+        "{:?}",
+        cluster_cidr(&sb, "grow").await
+    );
+    sb.clear_requests();
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let status_writes = sb
+        .requests()
+        .iter()
+        .filter(|r| r.method == "PATCH" && r.path.ends_with("/clustercidrs/grow/status"))
+        .count();
+    assert_eq!(status_writes, 0, "a settled status is written again");
     held_until_the_nodes_leave(&sb, &holders).await;
     let _ = running.stop().await;
     assert_no_cidr_handed_out_twice(&sb);
