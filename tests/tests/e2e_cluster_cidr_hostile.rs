@@ -139,3 +139,57 @@ async fn a_spec_made_invalid_in_place_keeps_the_finalizer_while_nodes_hold_its_b
     let _ = running.stop().await;
     assert_no_cidr_handed_out_twice(&sb);
 }
+
+/// A label change that brings a waiting Node under a selector pool with free blocks: it is
+/// served from that pool without waiting for its retry (its safety re-check is 10 minutes away,
+/// the retry at most 60 s: only the Node's update can serve it within the test).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_node_labelled_into_a_selector_pool_is_served_from_it() {
+    init_tracing();
+    let sb = Sandbox::start(fixture("05-aws-4nodes-no-podcidr.json")).await;
+    create_cluster_cidr(
+        &sb,
+        "extra",
+        json!({
+            "ipv4": "10.50.0.0/23",
+            "perNodeHostBits": 8,
+            "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "example.com/pool", "operator": "In", "values": ["extra"]}
+            ]}]},
+        }),
+    )
+    .await;
+    let mut config = fast_config(ipam("10.10.0.0/23", "", masks(None, None, None)));
+    config.cluster_cidrs = true;
+    config.retry_max_delay = std::time::Duration::from_secs(60);
+    let running = spawn(&sb, config);
+    running.wait_allocating(&sb).await;
+    assert!(
+        sb.wait_until(WAIT, |sb| unserved(sb).len() == 2
+            && !common::events_with_reason(sb, "CIDRNotAvailable").is_empty())
+            .await,
+        "{:?}",
+        all_pod_cidrs(&sb)
+    );
+    let waiting = unserved(&sb);
+    // Past the first retries: the next is far away.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    sb.patch_node(
+        &waiting[0],
+        nodeipam_tests::sandbox::PatchType::Merge,
+        &json!({"metadata": {"labels": {"example.com/pool": "extra"}}}),
+    )
+    .unwrap();
+    assert!(
+        sb.wait_until(WAIT, |sb| !unserved(sb).contains(&waiting[0]))
+            .await,
+        "{} labelled into `extra` still waits: {:?}",
+        waiting[0],
+        all_pod_cidrs(&sb)
+    );
+    let got = common::pod_cidrs(&sb, &waiting[0]);
+    assert!(got.len() == 1 && got[0].starts_with("10.50."), "{got:?}");
+    assert_eq!(unserved(&sb), vec![waiting[1].clone()]);
+    let _ = running.stop().await;
+    assert_no_cidr_handed_out_twice(&sb);
+}

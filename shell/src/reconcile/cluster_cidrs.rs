@@ -450,21 +450,27 @@ impl Allocator {
             )
             .map(PoolRange::cidr)
             .collect();
+        let used = |set: &CidrSet<Vec<u64>>| {
+            let cidr = set.cluster_cidr();
+            ranges.iter().any(|r| lies_inside(*r, cidr))
+                || self
+                    .nodes
+                    .values()
+                    .any(|record| record.held.iter().any(|c| c.overlaps(&cidr)))
+        };
+        // Decided before any copy: every watch event syncs, and the sets may be megabytes each
+        // (a 2^24-block pool's bitmap is 2 MiB), so they are cloned only when one goes.
+        if !self.cluster_cidrs.active || self.pool.sets().iter().all(used) {
+            return;
+        }
         let keep: Vec<CidrSet<Vec<u64>>> = self
             .pool
             .sets()
             .iter()
-            .filter(|set| {
-                let cidr = set.cluster_cidr();
-                ranges.iter().any(|r| lies_inside(*r, cidr))
-                    || self
-                        .nodes
-                        .values()
-                        .any(|record| record.held.iter().any(|c| c.overlaps(&cidr)))
-            })
+            .filter(|s| used(s))
             .cloned()
             .collect();
-        if self.cluster_cidrs.active && keep.len() != self.pool.sets().len() && !keep.is_empty() {
+        if !keep.is_empty() {
             // Fewer disjoint sets than before: cannot fail.
             let _ = self.install_sets(keep);
         }
