@@ -193,3 +193,121 @@ async fn a_waiting_node_labelled_into_a_selector_pool_is_served_from_it() {
     let _ = running.stop().await;
     assert_no_cidr_handed_out_twice(&sb);
 }
+
+/// Restarts with a ClusterCIDR being deleted while two Nodes hold its blocks: the new process
+/// (its allocator empty until start-up occupy) keeps the finalizer, and serves no new Node from
+/// the pool; it lets the object go once the Nodes leave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_during_a_held_deletion_keeps_the_finalizer() {
+    init_tracing();
+    let sb = Sandbox::start(fixture("05-aws-4nodes-no-podcidr.json")).await;
+    let (first, holders) = two_nodes_in_grow(&sb).await;
+    delete_cluster_cidr(&sb, "grow").await;
+    assert!(
+        wait_cluster_cidr(&sb, "grow", |o| o
+            .is_some_and(|o| common::condition(o, "Ready").1 == "Deleting"))
+        .await
+    );
+    // `kill -9`: the run() future dropped.
+    first.abort().await;
+    let mut config = fast_config(ipam("10.10.0.0/23", "", masks(None, None, None)));
+    config.cluster_cidrs = true;
+    let second = spawn(&sb, config);
+    second.wait_allocating(&sb).await;
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert!(
+        has_finalizer(cluster_cidr(&sb, "grow").await.as_ref()),
+        "the restarted controller let go of a pool two Nodes hold blocks of: {:?}",
+        cluster_cidr(&sb, "grow").await
+    );
+    assert!(
+        wait_cluster_cidr(&sb, "grow", |o| o.is_some_and(|o| {
+            let ready = common::condition(o, "Ready");
+            ready.1 == "Deleting"
+        }))
+        .await
+    );
+    held_until_the_nodes_leave_after_delete(&sb, &holders).await;
+    let _ = second.stop().await;
+    assert_no_cidr_handed_out_twice(&sb);
+}
+
+/// The Nodes of an already deleted `grow` leave: it goes.
+async fn held_until_the_nodes_leave_after_delete(sb: &SandboxHandle, holders: &[String]) {
+    for name in holders {
+        sb.delete_node(name).unwrap();
+    }
+    assert!(
+        wait_cluster_cidr(sb, "grow", |o| o.is_none()).await,
+        "{:?}",
+        cluster_cidr(sb, "grow").await
+    );
+}
+
+/// An operator strips our finalizer by hand from `grow` being deleted while two Nodes hold its
+/// blocks (it goes at once), then re-creates `grow` with a wider range around the old one: the
+/// new Nodes it serves never get the blocks the two still hold, before and after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stripped_finalizer_and_a_re_created_wider_pool_hand_out_nothing_twice() {
+    init_tracing();
+    let sb = Sandbox::start(fixture("05-aws-4nodes-no-podcidr.json")).await;
+    let (first, holders) = two_nodes_in_grow(&sb).await;
+    delete_cluster_cidr(&sb, "grow").await;
+    let api = nodeipam::controller::cluster_cidrs::api(sb.client());
+    api.patch(
+        "grow",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    assert!(wait_cluster_cidr(&sb, "grow", |o| o.is_none()).await);
+    create_cluster_cidr(
+        &sb,
+        "grow",
+        json!({"ipv4": "10.20.0.0/22", "perNodeHostBits": 8}),
+    )
+    .await;
+    let template = common::template_node("05-aws-4nodes-no-podcidr.json");
+    for i in 0..2 {
+        let name = format!("ip-10-1-9-{i}.eu-central-1.compute.internal");
+        sb.create_node(common::node_like(&template, &name)).unwrap();
+    }
+    assert!(
+        sb.wait_until(WAIT, |sb| unserved(sb).is_empty()).await,
+        "{:?}",
+        all_pod_cidrs(&sb)
+    );
+    assert_no_cidr_handed_out_twice(&sb);
+    let _ = first.stop().await;
+    // Restarted: the four Nodes in 10.20.0.0/22 are occupied, the flag CIDR is full: two more
+    // Nodes wait (each told so), nothing is handed out twice.
+    let mut config = fast_config(ipam("10.10.0.0/23", "", masks(None, None, None)));
+    config.cluster_cidrs = true;
+    let second = spawn(&sb, config);
+    second.wait_allocating(&sb).await;
+    for i in 2..4 {
+        let name = format!("ip-10-1-9-{i}.eu-central-1.compute.internal");
+        sb.create_node(common::node_like(&template, &name)).unwrap();
+    }
+    assert!(
+        sb.wait_until(WAIT, |sb| {
+            let events = common::events_with_reason(sb, "CIDRNotAvailable");
+            ["ip-10-1-9-2", "ip-10-1-9-3"]
+                .iter()
+                .all(|n| events.iter().any(|(node, _, _)| node.starts_with(n)))
+        })
+        .await,
+        "{:?}",
+        all_pod_cidrs(&sb)
+    );
+    let in_grow = all_pod_cidrs(&sb)
+        .into_iter()
+        .filter(|(_, c)| c.first().is_some_and(|c| c.starts_with("10.20.")))
+        .count();
+    assert_eq!(in_grow, 4, "{:?}", all_pod_cidrs(&sb));
+    assert_eq!(unserved(&sb).len(), 2, "{:?}", all_pod_cidrs(&sb));
+    assert!(holders.iter().all(|h| !unserved(&sb).contains(h)));
+    let _ = second.stop().await;
+    assert_no_cidr_handed_out_twice(&sb);
+}
