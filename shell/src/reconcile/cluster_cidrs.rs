@@ -177,6 +177,9 @@ impl Allocator {
             }
         }
         self.retire_unheld();
+        // Before hosting: a set freed by a removal makes room in this very sync (a pool refused
+        // for `MAX_BACKING_SETS` may get no other event to be tried again).
+        self.drop_unused_sets();
         self.cluster_cidrs.refused.clear();
         // Pools carrying our finalizer first: they were hosted before (a refused pool never gets
         // it), so a restart hosts them again even where a later-named pool was refused for
@@ -214,7 +217,6 @@ impl Allocator {
                 .is_some_and(|h| h.pool.serves_new_nodes())
         });
         sync.capacity_added = added_serving || started_serving;
-        self.drop_unused_sets();
         if !sync.added.is_empty() {
             sync.recheck = self.reserve_for_skipped();
         }

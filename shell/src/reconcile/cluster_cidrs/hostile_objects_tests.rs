@@ -215,3 +215,47 @@ fn a_spec_edited_in_place_keeps_the_finalizer_while_nodes_hold_blocks_of_the_old
         true
     ));
 }
+
+/// At the [`MAX_BACKING_SETS`] limit `q` is refused; the pool `p` whose set it needs is deleted
+/// and its last master leaves, so its finalizer goes and the watch shows it gone: that one sync
+/// must host `q` (no later event may come to try again — the writer only reads the state).
+#[test]
+fn a_refused_pool_is_hosted_in_the_sync_that_frees_the_set_it_waits_for() {
+    let mut a = allocator();
+    let p = |deleting: bool| {
+        let mut pool = pool("p", masters_spec("10.200.0.0/24"), false);
+        pool.deleting = deleting;
+        pool
+    };
+    let others: Vec<ClusterCidrPool> = (0..62)
+        .map(|i| {
+            let spec = json!({"perNodeHostBits": 4, "ipv4": format!("10.{i}.0.0/24")});
+            pool(&format!("a{i:02}"), spec, false)
+        })
+        .collect();
+    let q = pool(
+        "q",
+        json!({"perNodeHostBits": 4, "ipv4": "10.201.0.0/24"}),
+        true,
+    );
+    let view = |p: Option<ClusterCidrPool>| -> Vec<ClusterCidrPool> {
+        p.into_iter()
+            .chain(others.iter().cloned())
+            .chain([q.clone()])
+            .collect()
+    };
+    let sync = a.sync_cluster_cidrs(&view(Some(p(false))));
+    let refused: Vec<&str> = sync.refused.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(refused, ["q"]);
+    assigned(&mut a, &master("master-0"));
+    a.sync_cluster_cidrs(&view(Some(p(true))));
+    assert!(matches!(
+        a.cluster_cidr_state("p"),
+        Some(PoolState::Deleting { holders: 1, .. })
+    ));
+    a.remove("master-0");
+    // The finalizer removed, the object gone: the watch's next view has no `p`.
+    let sync = a.sync_cluster_cidrs(&view(None));
+    assert_eq!(sync.removed, ["p"]);
+    assert_eq!(sync.added, ["q"], "refused: {:?}", sync.refused);
+}
