@@ -311,3 +311,63 @@ async fn a_stripped_finalizer_and_a_re_created_wider_pool_hand_out_nothing_twice
     let _ = second.stop().await;
     assert_no_cidr_handed_out_twice(&sb);
 }
+
+/// 64 backing sets (the flag CIDR, `grow` and 62 more pools): `q` is refused. `grow` is deleted
+/// and its finalizer stripped by hand while two Nodes hold its blocks (its set stays: they hold
+/// blocks in it); then they leave. Nothing about the ClusterCIDRs changes after that, yet the
+/// set is free: `q` must be hosted (it gets our finalizer and `Invalid` False).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_pool_is_hosted_once_the_nodes_of_a_gone_pool_leave() {
+    init_tracing();
+    let sb = Sandbox::start(fixture("05-aws-4nodes-no-podcidr.json")).await;
+    let (running, holders) = two_nodes_in_grow(&sb).await;
+    for i in 0..62 {
+        let spec = json!({"ipv4": format!("10.{}.0.0/24", 100 + i), "perNodeHostBits": 8});
+        create_cluster_cidr(&sb, &format!("a{i:02}"), spec).await;
+    }
+    create_cluster_cidr(
+        &sb,
+        "q",
+        json!({"ipv4": "10.201.0.0/24", "perNodeHostBits": 8}),
+    )
+    .await;
+    assert!(
+        wait_cluster_cidr(&sb, "q", |o| o
+            .is_some_and(|o| common::condition(o, "Invalid").0 == "True"))
+        .await,
+        "{:?}",
+        cluster_cidr(&sb, "q").await
+    );
+    delete_cluster_cidr(&sb, "grow").await;
+    let api = nodeipam::controller::cluster_cidrs::api(sb.client());
+    api.patch(
+        "grow",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    assert!(wait_cluster_cidr(&sb, "grow", |o| o.is_none()).await);
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    // Offered to the allocator every round while refused, announced once (a series counts
+    // repeats of one event).
+    let announced: u64 = sb
+        .events()
+        .iter()
+        .filter(|e| e["reason"] == "ClusterCIDRInvalid" && e["regarding"]["name"] == "q")
+        .map(|e| e["series"]["count"].as_u64().unwrap_or(1))
+        .sum();
+    assert_eq!(announced, 1, "{:?}", sb.events());
+    for name in &holders {
+        sb.delete_node(name).unwrap();
+    }
+    assert!(
+        wait_cluster_cidr(&sb, "q", |o| has_finalizer(o)
+            && o.is_some_and(|o| common::condition(o, "Invalid").0 == "False"))
+        .await,
+        "q stays refused though the set it waits for is free: {:?}",
+        cluster_cidr(&sb, "q").await
+    );
+    let _ = running.stop().await;
+    assert_no_cidr_handed_out_twice(&sb);
+}

@@ -250,6 +250,12 @@ impl Allocator {
         })
     }
 
+    /// Whether the last [`Allocator::sync_cluster_cidrs`] refused a ClusterCIDR (the controller
+    /// then offers the view again on its next round: a Node leaving may have freed a set).
+    pub fn cluster_cidrs_refused(&self) -> bool {
+        !self.cluster_cidrs.refused.is_empty()
+    }
+
     /// Names of the hosted ClusterCIDRs, name order.
     pub fn cluster_cidr_names(&self) -> Vec<String> {
         self.cluster_cidrs
