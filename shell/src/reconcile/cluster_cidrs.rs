@@ -384,6 +384,15 @@ impl Allocator {
     /// Hosts `pool` (all or nothing): reshapes a copy of the backing sets for each of its
     /// ranges, then installs it.
     fn host(&mut self, pool: &ClusterCidrPool) -> Result<(), AllocError> {
+        // Counted before anything is copied: a refused pool is offered again on every round of
+        // the controller, and the copy below is every set's bitmap (2 MiB for a 2^24-block one).
+        let count = self.sets_after_hosting(pool);
+        if count > MAX_BACKING_SETS {
+            return Err(AllocError::TooManyClusterCidrs {
+                count,
+                max: MAX_BACKING_SETS,
+            });
+        }
         let mut sets: Vec<CidrSet<Vec<u64>>> = self.pool.sets().to_vec();
         let mut ranges = Vec::new();
         // What the records hold and the service CIDRs: what every allocated block stands for.
@@ -409,6 +418,20 @@ impl Allocator {
             ranges,
         });
         Ok(())
+    }
+
+    /// How many backing sets there would be with `pool` hosted, by [`space::host_range`]'s rule
+    /// on the CIDRs alone: a range inside a set adds none, any other replaces the sets inside it
+    /// with one.
+    fn sets_after_hosting(&self, pool: &ClusterCidrPool) -> usize {
+        let mut cidrs: Vec<Cidr> = self.pool.sets().iter().map(CidrSet::cluster_cidr).collect();
+        for range in [pool.ipv4, pool.ipv6].into_iter().flatten() {
+            if !cidrs.iter().any(|set| lies_inside(range, *set)) {
+                cidrs.retain(|set| !lies_inside(*set, range));
+                cidrs.push(range);
+            }
+        }
+        cidrs.len()
     }
 
     /// Replaces the backing sets with `sets` (checked disjoint and at most
