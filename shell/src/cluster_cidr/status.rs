@@ -159,9 +159,18 @@ pub fn needs_write(stored: Option<&ClusterCidrStatus>, wanted: &ClusterCidrStatu
 }
 
 /// The JSON merge patch of `/status` that stores `wanted` (the whole status: a merge patch
-/// replaces the conditions list as a whole).
+/// replaces the conditions list as a whole). A family `wanted` has no usage for is `null`, which
+/// removes it (RFC 7386): left out, an Invalid object (or one whose spec was edited to fewer
+/// families) would keep the usage of what it no longer is, and since that never equals
+/// `wanted`, [`needs_write`] would ask for the same write on every round.
 pub fn status_patch(wanted: &ClusterCidrStatus) -> serde_json::Value {
-    serde_json::json!({ "status": wanted })
+    let mut status = serde_json::json!(wanted);
+    if let Some(fields) = status.as_object_mut() {
+        for family in ["ipv4", "ipv6"] {
+            fields.entry(family).or_insert(serde_json::Value::Null);
+        }
+    }
+    serde_json::json!({ "status": status })
 }
 
 #[cfg(test)]
@@ -277,6 +286,15 @@ mod tests {
         assert_eq!((invalid.ipv4, invalid.ipv6), (None, None));
         let patch = status_patch(&invalid);
         assert_eq!(patch["status"]["conditions"][1]["reason"], "InvalidSpec");
-        assert!(patch["status"].get("ipv4").is_none());
+        // The usage an earlier, valid generation stored is removed, not left in place.
+        assert_eq!(
+            (&patch["status"]["ipv4"], &patch["status"]["ipv6"]),
+            (&serde_json::Value::Null, &serde_json::Value::Null)
+        );
+        assert!(
+            patch["status"]
+                .as_object()
+                .is_some_and(|s| s.contains_key("ipv4"))
+        );
     }
 }

@@ -150,10 +150,10 @@ impl ClusterCidrs {
         lock(&self.view).remove(object.metadata.name.as_deref().unwrap_or_default());
     }
 
-    /// Gives the allocator the whole view; the objects it refuses are marked invalid with its
-    /// reason. Logs what changed.
+    /// Gives the allocator the whole view (the objects it refuses included: they are offered
+    /// again on every sync). Logs what changed.
     fn sync(&self, allocator: &mut Allocator) -> crate::reconcile::ClusterCidrSync {
-        let mut view = lock(&self.view);
+        let view = lock(&self.view);
         let pools: Vec<ClusterCidrPool> = view
             .values()
             .filter(|e| e.invalid.is_none())
@@ -170,13 +170,13 @@ impl ClusterCidrs {
                 Some(pool)
             })
             .collect();
+        // A refused pool stays in the view as valid: it is offered again on every sync (a set may
+        // have been freed since); its `Invalid` state comes from the allocator
+        // (`cluster_cidr_state`).
         let synced = allocator.sync_cluster_cidrs(&pools);
-        for (name, why) in &synced.refused {
-            if let Some(entry) = view.get_mut(name) {
-                entry.invalid = Some(why.clone());
-            }
-        }
-        if !(synced.added.is_empty() && synced.removed.is_empty() && synced.refused.is_empty()) {
+        // Refusals alone are not logged: a refused pool is offered again every round (its
+        // `ClusterCIDRInvalid` event and status say why, once).
+        if !(synced.added.is_empty() && synced.removed.is_empty()) {
             tracing::info!(
                 added = ?synced.added,
                 removed = ?synced.removed,
@@ -314,6 +314,12 @@ pub(super) async fn write(
 ) {
     let mut memory = WriterMemory::default();
     loop {
+        // A pool refused for `MAX_BACKING_SETS` waits for a set to be freed, which the last Node
+        // leaving a gone pool's set does without any ClusterCIDR event: offered again each round.
+        if lock(&shared.allocator).cluster_cidrs_refused() {
+            sync_and_wake(&view, &shared);
+            shared.report_pool();
+        }
         let entries: Vec<(String, Entry)> = lock(&view.view)
             .iter()
             .map(|(n, e)| (n.clone(), e.clone()))
@@ -358,6 +364,7 @@ fn known(shared: &Shared, name: &str, entry: &Entry, memory: &WriterMemory) -> O
             },
             write_in_doubt: false,
             invalid_announced: memory.announced.contains(&announced_key),
+            retired_holders: lock(&shared.allocator).cluster_cidr_retired_holders(name),
         });
     }
     let pool = ClusterCidrPool::from_object(&entry.observed.object).ok()?;
@@ -379,7 +386,9 @@ fn known(shared: &Shared, name: &str, entry: &Entry, memory: &WriterMemory) -> O
     Some(Known {
         state,
         write_in_doubt,
-        invalid_announced: false,
+        // A pool the allocator refuses is announced once per generation too.
+        invalid_announced: memory.announced.contains(&announced_key),
+        retired_holders: allocator.cluster_cidr_retired_holders(name),
     })
 }
 

@@ -93,6 +93,11 @@ pub(super) struct ClusterCidrs {
     pub(super) pools: Vec<ClusterCidrPool>,
     /// Refused at the last sync: name and message.
     pub(super) refused: Vec<(String, String)>,
+    /// Ranges once hosted under a name that no longer hosts them (the object gone, or its spec
+    /// edited in place through a CRD without the `self == oldSelf` rule), kept while a Node holds
+    /// a block inside them: they count for [`Allocator::cluster_cidr_state`]'s holders of a pool
+    /// of that name, so its finalizer stays until those Nodes leave too.
+    pub(super) retired: Vec<(String, Cidr)>,
 }
 
 impl ClusterCidrs {
@@ -127,7 +132,8 @@ impl Allocator {
     /// each already read with [`ClusterCidrPool::from_object`] (invalid objects left out by the
     /// caller). Idempotent: the same input again changes no pool (refused ones are listed again;
     /// a removed pool's backing set whose last Node has gone since is dropped). A name given twice
-    /// counts once (the first). Pools are hosted in name order, each all or nothing across its
+    /// counts once (the first). Pools are hosted in name order, those whose finalizer was seen
+    /// first (`awaiting_finalizer` false: hosted before), each all or nothing across its
     /// families. Call it before [`Allocator::startup_occupy`], so the podCIDRs inside ClusterCIDR
     /// ranges are occupied there rather than skipped as out of range (if it comes later, those
     /// Nodes are listed in [`ClusterCidrSync::recheck`]).
@@ -158,11 +164,30 @@ impl Allocator {
                         ranges: hosted.ranges,
                     });
                 }
-                _ => sync.removed.push(hosted.pool.name.clone()),
+                _ => {
+                    let name = &hosted.pool.name;
+                    for range in &hosted.ranges {
+                        let entry = (name.clone(), range.cidr());
+                        if !self.cluster_cidrs.retired.contains(&entry) {
+                            self.cluster_cidrs.retired.push(entry);
+                        }
+                    }
+                    sync.removed.push(name.clone());
+                }
             }
         }
+        self.retire_unheld();
+        // Before hosting: a set freed by a removal makes room in this very sync (a pool refused
+        // for `MAX_BACKING_SETS` may get no other event to be tried again).
+        self.drop_unused_sets();
         self.cluster_cidrs.refused.clear();
-        for pool in wanted {
+        // Pools carrying our finalizer first: they were hosted before (a refused pool never gets
+        // it), so a restart hosts them again even where a later-named pool was refused for
+        // `MAX_BACKING_SETS` while running (hosting it instead would leave their Nodes out of
+        // range and take their finalizer off). Stable: name order within each group.
+        let mut to_host = wanted.clone();
+        to_host.sort_by_key(|pool| pool.awaiting_finalizer);
+        for pool in to_host {
             if self.cluster_cidrs.get(&pool.name).is_some() {
                 continue;
             }
@@ -192,7 +217,6 @@ impl Allocator {
                 .is_some_and(|h| h.pool.serves_new_nodes())
         });
         sync.capacity_added = added_serving || started_serving;
-        self.drop_unused_sets();
         if !sync.added.is_empty() {
             sync.recheck = self.reserve_for_skipped();
         }
@@ -226,6 +250,12 @@ impl Allocator {
         })
     }
 
+    /// Whether the last [`Allocator::sync_cluster_cidrs`] refused a ClusterCIDR (the controller
+    /// then offers the view again on its next round: a Node leaving may have freed a set).
+    pub fn cluster_cidrs_refused(&self) -> bool {
+        !self.cluster_cidrs.refused.is_empty()
+    }
+
     /// Names of the hosted ClusterCIDRs, name order.
     pub fn cluster_cidr_names(&self) -> Vec<String> {
         self.cluster_cidrs
@@ -241,10 +271,34 @@ impl Allocator {
         self.cluster_cidrs.hosted.iter().map(|h| &h.pool).collect()
     }
 
+    /// Nodes (not gone) holding a block inside a range once hosted under `name` and no longer
+    /// (see [`ClusterCidrs::retired`]); 0 for a name never hosted.
+    pub fn cluster_cidr_retired_holders(&self, name: &str) -> usize {
+        let retired = self.cluster_cidrs.retired.iter();
+        let ranges: Vec<Cidr> = retired
+            .filter(|(n, _)| n == name)
+            .map(|(_, r)| *r)
+            .collect();
+        self.holders_inside(&ranges)
+    }
+
     /// Nodes holding a block from `pool`: records (not gone) with a held CIDR inside one of its
-    /// ranges.
+    /// ranges, or inside a range retired under its name (see [`ClusterCidrs::retired`]).
     fn cluster_cidr_holders(&self, pool: &ClusterCidrPool) -> usize {
-        let ranges: Vec<Cidr> = [pool.ipv4, pool.ipv6].into_iter().flatten().collect();
+        let retired = self.cluster_cidrs.retired.iter();
+        let ranges: Vec<Cidr> = [pool.ipv4, pool.ipv6]
+            .into_iter()
+            .flatten()
+            .chain(retired.filter(|(n, _)| *n == pool.name).map(|(_, r)| *r))
+            .collect();
+        self.holders_inside(&ranges)
+    }
+
+    /// Records (not gone) with a held CIDR inside one of `ranges`.
+    fn holders_inside(&self, ranges: &[Cidr]) -> usize {
+        if ranges.is_empty() {
+            return 0;
+        }
         self.nodes
             .values()
             .filter(|r| r.state != RecordState::Gone)
@@ -302,6 +356,16 @@ impl Allocator {
             .position(|set| lies_inside(cidr, set.cluster_cidr()))
     }
 
+    /// Forgets the retired ranges no Node (not gone) holds a block inside any more.
+    fn retire_unheld(&mut self) {
+        let nodes = &self.nodes;
+        self.cluster_cidrs.retired.retain(|(_, range)| {
+            nodes.values().any(|r| {
+                r.state != RecordState::Gone && r.held.iter().any(|c| lies_inside(*c, *range))
+            })
+        });
+    }
+
     /// Before the first ClusterCIDR is hosted: one range per flag CIDR with its set's cursor, so
     /// allocation through the ranges continues today's round-robin where it stands.
     fn activate_ranges(&mut self) {
@@ -320,6 +384,15 @@ impl Allocator {
     /// Hosts `pool` (all or nothing): reshapes a copy of the backing sets for each of its
     /// ranges, then installs it.
     fn host(&mut self, pool: &ClusterCidrPool) -> Result<(), AllocError> {
+        // Counted before anything is copied: a refused pool is offered again on every round of
+        // the controller, and the copy below is every set's bitmap (2 MiB for a 2^24-block one).
+        let count = self.sets_after_hosting(pool);
+        if count > MAX_BACKING_SETS {
+            return Err(AllocError::TooManyClusterCidrs {
+                count,
+                max: MAX_BACKING_SETS,
+            });
+        }
         let mut sets: Vec<CidrSet<Vec<u64>>> = self.pool.sets().to_vec();
         let mut ranges = Vec::new();
         // What the records hold and the service CIDRs: what every allocated block stands for.
@@ -345,6 +418,20 @@ impl Allocator {
             ranges,
         });
         Ok(())
+    }
+
+    /// How many backing sets there would be with `pool` hosted, by [`space::host_range`]'s rule
+    /// on the CIDRs alone: a range inside a set adds none, any other replaces the sets inside it
+    /// with one.
+    fn sets_after_hosting(&self, pool: &ClusterCidrPool) -> usize {
+        let mut cidrs: Vec<Cidr> = self.pool.sets().iter().map(CidrSet::cluster_cidr).collect();
+        for range in [pool.ipv4, pool.ipv6].into_iter().flatten() {
+            if !cidrs.iter().any(|set| lies_inside(range, *set)) {
+                cidrs.retain(|set| !lies_inside(*set, range));
+                cidrs.push(range);
+            }
+        }
+        cidrs.len()
     }
 
     /// Replaces the backing sets with `sets` (checked disjoint and at most
@@ -394,21 +481,27 @@ impl Allocator {
             )
             .map(PoolRange::cidr)
             .collect();
+        let used = |set: &CidrSet<Vec<u64>>| {
+            let cidr = set.cluster_cidr();
+            ranges.iter().any(|r| lies_inside(*r, cidr))
+                || self
+                    .nodes
+                    .values()
+                    .any(|record| record.held.iter().any(|c| c.overlaps(&cidr)))
+        };
+        // Decided before any copy: every watch event syncs, and the sets may be megabytes each
+        // (a 2^24-block pool's bitmap is 2 MiB), so they are cloned only when one goes.
+        if !self.cluster_cidrs.active || self.pool.sets().iter().all(used) {
+            return;
+        }
         let keep: Vec<CidrSet<Vec<u64>>> = self
             .pool
             .sets()
             .iter()
-            .filter(|set| {
-                let cidr = set.cluster_cidr();
-                ranges.iter().any(|r| lies_inside(*r, cidr))
-                    || self
-                        .nodes
-                        .values()
-                        .any(|record| record.held.iter().any(|c| c.overlaps(&cidr)))
-            })
+            .filter(|s| used(s))
             .cloned()
             .collect();
-        if self.cluster_cidrs.active && keep.len() != self.pool.sets().len() && !keep.is_empty() {
+        if !keep.is_empty() {
             // Fewer disjoint sets than before: cannot fail.
             let _ = self.install_sets(keep);
         }
@@ -469,3 +562,6 @@ mod model_tests;
 
 #[cfg(test)]
 mod dual_stack_model_tests;
+
+#[cfg(test)]
+mod hostile_objects_tests;

@@ -38,6 +38,13 @@ impl SandboxHandle {
         })
     }
 
+    /// From now on, ClusterCIDR updates are checked only as any object's metadata is: as a
+    /// hostile operator's CRD without our OpenAPI checks and CEL rules (`self == oldSelf` on
+    /// `spec`, the CIDR and host-bit rules) would accept them, so a `spec` can be edited in place.
+    pub fn drop_cluster_cidr_rules(&self) {
+        self.store().cluster_cidr_rules = false;
+    }
+
     /// Every ClusterCIDR.
     pub fn cluster_cidrs(&self) -> Vec<Value> {
         self.store().objects(Resource::ClusterCidrs, None)

@@ -150,6 +150,9 @@ pub struct Store {
     pub(super) observers: Observers,
     /// Node podCIDRs validated strictly (see [`super::nodes::validate`]).
     pub(super) strict_cidrs: bool,
+    /// ClusterCIDR updates checked by the CRD's rules (`false`: a CRD installed without them,
+    /// see [`super::SandboxHandle::drop_cluster_cidr_rules`]).
+    pub(super) cluster_cidr_rules: bool,
 }
 
 /// Current time as RFC 3339 with seconds (`metav1.Time`).
@@ -178,6 +181,7 @@ impl Store {
             node_stats: NodeStats::default(),
             observers: Observers::default(),
             strict_cidrs: true,
+            cluster_cidr_rules: true,
         }
     }
 

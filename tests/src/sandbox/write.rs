@@ -475,7 +475,11 @@ impl Store {
         update::check_resource_version(key, &new, &old_value)?;
         update::prepare_metadata(key, &mut new, &old_value)?;
         update::prepare_for_update(res, subresource, &mut new, &old_value);
-        let causes = update::validate_update(res, &new, &old_value, self.strict_cidrs);
+        let causes = if res == Resource::ClusterCidrs && !self.cluster_cidr_rules {
+            validate::object_meta_update(&new, &old_value)
+        } else {
+            update::validate_update(res, &new, &old_value, self.strict_cidrs)
+        };
         if !causes.is_empty() {
             return Err(ApiError::invalid(res, &key.name, causes));
         }

@@ -10,8 +10,9 @@
 //! - once `deletionTimestamp` is set, the finalizer is removed only when the allocator reports no
 //!   Node holding a block of it (`PoolState::Deleting { holders: 0 }`) **and** no write whose
 //!   outcome is unknown (maybe applied) puts a block inside its ranges; an invalid ClusterCIDR
-//!   never served a Node, so its finalizer (if an earlier, valid generation got one — the spec is
-//!   immutable, so only with an edited CRD) is removed at once;
+//!   serves no Node, so its finalizer (if an earlier, valid generation got one — the spec is
+//!   immutable, so only with a CRD without our rules) is removed once no Node holds a block of
+//!   the ranges an earlier generation was hosted with ([`Known::retired_holders`]);
 //! - the status is written only when it would change something ([`status::needs_write`]);
 //! - an invalid ClusterCIDR gets one Warning event per generation (the caller remembers which).
 //!
@@ -72,6 +73,11 @@ pub struct Known {
     pub write_in_doubt: bool,
     /// The `ClusterCIDRInvalid` event for this generation was already published.
     pub invalid_announced: bool,
+    /// Nodes holding a block inside ranges the allocator once hosted under this name and no
+    /// longer does (its spec edited in place through a CRD without our rules,
+    /// [`crate::reconcile::Allocator::cluster_cidr_retired_holders`]): an invalid object keeps
+    /// our finalizer while this is not 0.
+    pub retired_holders: usize,
 }
 
 /// The writes `observed` needs now, given what is `known` about it, at `now`. In order:
@@ -95,7 +101,9 @@ pub fn decide(observed: &Observed, known: &Known, now: Timestamp) -> Vec<Write> 
         (PoolState::Deleting { holders: 0, .. }, true, true) if !known.write_in_doubt => {
             writes.push(remove_ours(&rv, &finalizers));
         }
-        (PoolState::Invalid { .. }, _, true) => writes.push(remove_ours(&rv, &finalizers)),
+        (PoolState::Invalid { .. }, _, true) if known.retired_holders == 0 => {
+            writes.push(remove_ours(&rv, &finalizers));
+        }
         _ => {}
     }
     // An object about to go needs no status.
@@ -192,6 +200,7 @@ mod tests {
             state,
             write_in_doubt: false,
             invalid_announced: false,
+            retired_holders: 0,
         }
     }
 
@@ -300,8 +309,15 @@ mod tests {
             ..invalid.clone()
         };
         assert_eq!(decide(&with_status(o, &writes), &announced, now()), []);
-        // One that has our finalizer loses it: it serves no Node.
+        // One that has our finalizer keeps it while Nodes hold blocks of the ranges an earlier
+        // generation was hosted with (its spec edited through a CRD without our rules)…
         let held = observed(&[FINALIZER], false);
+        let retired = Known {
+            retired_holders: 2,
+            ..announced.clone()
+        };
+        assert_eq!(finalizer_writes(&decide(&held, &retired, now())), []);
+        // … and loses it once none does: it serves no Node.
         assert_eq!(
             finalizer_writes(&decide(&held, &announced, now())),
             [(
