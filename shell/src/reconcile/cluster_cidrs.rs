@@ -272,7 +272,7 @@ impl Allocator {
     }
 
     /// Nodes (not gone) holding a block inside a range once hosted under `name` and no longer
-    /// (see [`ClusterCidrs::retired`]); 0 for a name never hosted.
+    /// (the ranges its name was hosted with before a spec edit); 0 for a name never hosted.
     pub fn cluster_cidr_retired_holders(&self, name: &str) -> usize {
         let retired = self.cluster_cidrs.retired.iter();
         let ranges: Vec<Cidr> = retired
@@ -283,7 +283,7 @@ impl Allocator {
     }
 
     /// Nodes holding a block from `pool`: records (not gone) with a held CIDR inside one of its
-    /// ranges, or inside a range retired under its name (see [`ClusterCidrs::retired`]).
+    /// ranges, or inside a range retired under its name (hosted before a spec edit).
     fn cluster_cidr_holders(&self, pool: &ClusterCidrPool) -> usize {
         let retired = self.cluster_cidrs.retired.iter();
         let ranges: Vec<Cidr> = [pool.ipv4, pool.ipv6]
