@@ -3,7 +3,13 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use crate::reconcile::NodeView;
+use nodeipam_core::{Cidr, IpamConfig, NodeMaskFlags};
+use serde_json::{Value, json};
+
+use crate::cluster_cidr::{ClusterCidrObject, ClusterCidrPool};
+use crate::reconcile::{Action, Allocator, NodeView};
+
+pub(crate) mod cluster_cidr_model;
 
 /// A log sink a test's `tracing` subscriber writes into; read it back through `.text()`.
 #[derive(Clone, Default)]
@@ -52,4 +58,64 @@ pub(crate) fn node_view(name: &str, pod_cidrs: &[&str]) -> NodeView {
         uid: Some(format!("uid-{name}")),
         labels: BTreeMap::new(),
     }
+}
+
+/// `text` parsed as a CIDR (a test's own literal: panics if it is not one).
+pub(crate) fn cidr(text: &str) -> Cidr {
+    Cidr::parse(text).expect("test CIDR")
+}
+
+/// The validated flags `--cluster-cidr=cluster --service-cluster-ip-range=service` with `masks`
+/// (panics if a test's flags are invalid).
+pub(crate) fn ipam_config(cluster: &str, service: &str, masks: NodeMaskFlags) -> IpamConfig {
+    nodeipam_core::config::validate(cluster, service, masks).expect("valid test config")
+}
+
+/// The allocator for `--cluster-cidr=cluster`: default mask sizes, no service CIDR, no pools.
+pub(crate) fn allocator(cluster: &str) -> Allocator {
+    Allocator::new(&ipam_config(cluster, "", NodeMaskFlags::default())).expect("pool")
+}
+
+/// The views of every Node of `fixtures/nodes/<file>` (real NodeLists), in list order.
+pub(crate) fn fixture_views(file: &str) -> Vec<NodeView> {
+    let path = format!("{}/../fixtures/nodes/{file}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).expect("fixture readable");
+    let nodes = crate::nodelist::parse_nodes(&text).expect("fixture is a NodeList");
+    nodes.iter().map(NodeView::from_node).collect()
+}
+
+/// A ClusterCIDR object named `name` with `spec` (no other metadata, no status).
+pub(crate) fn cluster_cidr_object(name: &str, spec: Value) -> ClusterCidrObject {
+    serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).expect("parses")
+}
+
+/// The pool read from [`cluster_cidr_object`]`(name, spec)` (panics if the spec is invalid).
+pub(crate) fn cluster_cidr_pool(name: &str, spec: Value) -> ClusterCidrPool {
+    ClusterCidrPool::from_object(&cluster_cidr_object(name, spec)).expect("a valid ClusterCIDR")
+}
+
+/// The view of Node `name` without podCIDRs, labelled `node-role.kubernetes.io/master` (as
+/// fixture 08's masters are).
+pub(crate) fn master(name: &str) -> NodeView {
+    let mut view = node_view(name, &[]);
+    view.labels
+        .insert("node-role.kubernetes.io/master".into(), String::new());
+    view
+}
+
+/// Decides `view`: an assignment is confirmed (asserted) and its podCIDRs returned; any other
+/// action is handed back.
+pub(crate) fn assign(a: &mut Allocator, view: &NodeView) -> Result<Vec<Cidr>, Action> {
+    match a.decide(view).action {
+        Action::Assign { pod_cidrs, .. } => {
+            assert!(a.confirm(&view.name, &pod_cidrs));
+            Ok(pod_cidrs)
+        }
+        other => Err(other),
+    }
+}
+
+/// [`assign`], which must assign: the confirmed podCIDRs (panics with the action otherwise).
+pub(crate) fn assigned(a: &mut Allocator, view: &NodeView) -> Vec<Cidr> {
+    assign(a, view).unwrap_or_else(|other| panic!("{} was not assigned: {other:?}", view.name))
 }

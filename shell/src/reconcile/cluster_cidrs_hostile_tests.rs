@@ -3,19 +3,8 @@
 //! checked: no block any Node still holds is handed to another Node.
 
 use super::*;
-use nodeipam_core::NodeMaskFlags;
 
-use crate::test_support::node_view as node;
-
-fn allocator(cluster: &str) -> Allocator {
-    let config = nodeipam_core::config::validate(cluster, "", NodeMaskFlags::default())
-        .expect("valid test config");
-    Allocator::new(&config).expect("pool")
-}
-
-fn cidr(text: &str) -> Cidr {
-    Cidr::parse(text).expect("test CIDR")
-}
+use crate::test_support::{allocator, cidr, node_view as node};
 
 /// Fixture 03 (AKS kubenet: 10.244.0.0/24, .1.0/24, .2.0/24) with its first Node's podCIDR
 /// widened to `wide`.

@@ -5,16 +5,10 @@ use super::*;
 use nodeipam_core::NodeMaskFlags;
 use serde_json::json;
 
-use crate::test_support::node_view as node;
+use crate::test_support::{cidr, fixture_views as fixture, ipam_config, node_view as node};
 
 fn allocator(cluster: &str, service: &str) -> Allocator {
-    let config = nodeipam_core::config::validate(cluster, service, NodeMaskFlags::default())
-        .expect("valid test config");
-    Allocator::new(&config).expect("pool")
-}
-
-fn cidr(text: &str) -> Cidr {
-    Cidr::parse(text).expect("test CIDR")
+    Allocator::new(&ipam_config(cluster, service, NodeMaskFlags::default())).expect("pool")
 }
 
 fn used(allocator: &Allocator) -> Vec<(String, u32)> {
@@ -23,13 +17,6 @@ fn used(allocator: &Allocator) -> Vec<(String, u32)> {
         .iter()
         .map(|s| (s.cluster_cidr.to_string(), s.used_blocks))
         .collect()
-}
-
-fn fixture(file: &str) -> Vec<NodeView> {
-    let path = format!("{}/../fixtures/nodes/{file}", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(&path).expect("fixture readable");
-    let nodes = crate::nodelist::parse_nodes(&text).expect("fixture is a NodeList");
-    nodes.iter().map(NodeView::from_node).collect()
 }
 
 /// The second IPv4 cluster CIDR serves only once the first is full; when both are, the Node

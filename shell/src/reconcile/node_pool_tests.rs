@@ -6,11 +6,8 @@ use super::*;
 use serde_json::json;
 
 use crate::node_pools::{LabelRange, MaskRule, NodePools, RuleOrigin};
+use crate::test_support::{assigned, cidr};
 use nodeipam_core::NodeMaskFlags;
-
-fn cidr(text: &str) -> Cidr {
-    Cidr::parse(text).unwrap()
-}
 
 fn config(cluster: &str) -> IpamConfig {
     nodeipam_core::config::validate(cluster, "", NodeMaskFlags::default()).unwrap()
@@ -47,17 +44,6 @@ fn aks_node(name: &str, pool: &str) -> NodeView {
     view.pod_cidrs.clear();
     view.labels.insert("agentpool".to_owned(), pool.to_owned());
     view
-}
-
-fn assigned(a: &mut Allocator, node: &NodeView) -> Vec<Cidr> {
-    let d = a.decide(node);
-    match d.action {
-        Action::Assign { pod_cidrs, .. } => {
-            assert!(a.confirm(&node.name, &pod_cidrs));
-            pod_cidrs
-        }
-        other => panic!("{}: expected an assignment, got {other:?}", node.name),
-    }
 }
 
 fn used(a: &Allocator) -> Vec<u32> {

@@ -6,6 +6,7 @@
 
 use super::*;
 use crate::node_selector::NodeSelector;
+use crate::test_support::cidr;
 
 const OURS: (&str, &str) = ("example.com/cni", "overlay");
 const OTHER: (&str, &str) = ("example.com/cni", "kubenet");
@@ -41,10 +42,6 @@ fn ours() -> Vec<NodeView> {
 /// The AKS Nodes holding 10.244.1.0/24, 10.244.2.0/24 and 10.244.0.0/24, another CNI's.
 fn theirs() -> Vec<NodeView> {
     fixture("03-aks-kubenet-3nodes.json", OTHER)
-}
-
-fn cidr(text: &str) -> Cidr {
-    Cidr::parse(text).expect("test CIDR")
 }
 
 fn used(allocator: &Allocator) -> u32 {

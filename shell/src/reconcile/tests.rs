@@ -7,26 +7,9 @@ use std::time::Duration;
 
 use nodeipam_core::NodeMaskFlags;
 
-fn config(cluster: &str, service: &str, flags: NodeMaskFlags) -> IpamConfig {
-    nodeipam_core::config::validate(cluster, service, flags).expect("valid test config")
-}
-
-fn allocator(cluster: &str) -> Allocator {
-    Allocator::new(&config(cluster, "", NodeMaskFlags::default())).expect("pool")
-}
-
-fn cidr(text: &str) -> Cidr {
-    Cidr::parse(text).expect("test CIDR")
-}
-
-use crate::test_support::node_view as node;
-
-fn fixture(file: &str) -> Vec<NodeView> {
-    let path = format!("{}/../fixtures/nodes/{file}", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(&path).expect("fixture readable");
-    let nodes = crate::nodelist::parse_nodes(&text).expect("fixture is a NodeList");
-    nodes.iter().map(NodeView::from_node).collect()
-}
+use crate::test_support::{
+    allocator, cidr, fixture_views as fixture, ipam_config as config, node_view as node,
+};
 
 fn used(allocator: &Allocator) -> Vec<u32> {
     allocator

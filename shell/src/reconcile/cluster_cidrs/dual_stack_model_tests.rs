@@ -15,14 +15,16 @@
 
 use std::collections::BTreeMap;
 
-use nodeipam_core::{Cidr, Family, NodeMaskFlags};
+use nodeipam_core::{Cidr, NodeMaskFlags};
 use proptest::prelude::*;
 use serde_json::json;
 
 use super::super::{Action, Allocator};
-use crate::cluster_cidr::status::PoolState;
-use crate::cluster_cidr::{ClusterCidrObject, ClusterCidrPool};
-use crate::test_support::node_view;
+use crate::cluster_cidr::ClusterCidrPool;
+use crate::test_support::cluster_cidr_model::{
+    PoolChange, Pools, check_usage, model_pool, node_name, serve_new, sync_keeping, taken_from,
+};
+use crate::test_support::{cidr, ipam_config, node_view};
 
 const FLAGS: &str = "10.0.0.0/22,fd00::/118";
 const V4: [&str; 6] = [
@@ -114,26 +116,7 @@ fn pool_of(index: usize, spec: &Spec) -> ClusterCidrPool {
     if let Some(i) = spec.v6 {
         body["ipv6"] = json!(V6[i]);
     }
-    if spec.selector {
-        body["nodeSelector"] = json!({"nodeSelectorTerms": [{"matchExpressions": [
-            {"key": "role", "operator": "In", "values": ["a"]}]}]});
-    }
-    let object: ClusterCidrObject =
-        serde_json::from_value(json!({"metadata": {"name": format!("p{index}")}, "spec": body}))
-            .expect("parses");
-    ClusterCidrPool::from_object(&object).expect("valid")
-}
-
-fn cidr(text: &str) -> Cidr {
-    Cidr::parse(text).expect("test CIDR")
-}
-
-/// Whether `block` lies in `range` with a block size of `mask`.
-fn taken_from(block: Cidr, range: Cidr, mask: u8) -> bool {
-    block.family() == range.family()
-        && block.prefix_len() == mask
-        && mask >= range.prefix_len()
-        && range.overlaps(&block)
+    model_pool(index, body, spec.selector)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,47 +128,32 @@ enum Kind {
 
 struct World {
     allocator: Allocator,
-    pools: BTreeMap<usize, ClusterCidrPool>,
+    pools: Pools,
     nodes: BTreeMap<String, (Vec<Cidr>, Kind)>,
 }
 
 impl World {
-    fn tracked(&self) -> Vec<Option<Vec<Cidr>>> {
-        self.nodes
+    fn change(&mut self, change: PoolChange) {
+        self.pools.apply(change);
+        let tracked: Vec<&String> = self
+            .nodes
             .iter()
             .filter(|(_, (_, kind))| *kind != Kind::Skipped)
-            .map(|(n, _)| self.allocator.held(n).map(<[Cidr]>::to_vec))
-            .collect()
-    }
-
-    fn sync(&mut self) {
-        let pools: Vec<ClusterCidrPool> = self.pools.values().cloned().collect();
-        let before = self.tracked();
-        let sync = self.allocator.sync_cluster_cidrs(&pools);
-        assert_eq!(before, self.tracked(), "a sync changed what Nodes hold");
+            .map(|(n, _)| n)
+            .collect();
+        let sync = sync_keeping(&mut self.allocator, &self.pools, &tracked);
         assert!(sync.refused.is_empty(), "{sync:?}");
     }
 
     fn step(&mut self, op: &Op, specs: &[Spec]) {
         match op {
-            Op::Add(i) => {
-                self.pools.insert(*i, pool_of(*i, &specs[*i]));
-                self.sync();
-            }
-            Op::Delete(i) => {
-                if let Some(pool) = self.pools.get_mut(i) {
-                    pool.deleting = true;
-                }
-                self.sync();
-            }
-            Op::Remove(i) => {
-                self.pools.remove(i);
-                self.sync();
-            }
+            Op::Add(i) => self.change(PoolChange::Add(*i, pool_of(*i, &specs[*i]))),
+            Op::Delete(i) => self.change(PoolChange::Delete(*i)),
+            Op::Remove(i) => self.change(PoolChange::Remove(*i)),
             Op::Allocate { node, labelled } => self.allocate(*node, *labelled),
             Op::Arrive { node, own } => self.arrive(*node, own),
             Op::Release(node) => {
-                let name = format!("n{node}");
+                let name = node_name(*node);
                 self.allocator.remove(&name);
                 self.nodes.remove(&name);
             }
@@ -193,7 +161,7 @@ impl World {
     }
 
     fn arrive(&mut self, node: u8, own: &[usize]) {
-        let name = format!("n{node}");
+        let name = node_name(node);
         if self.nodes.contains_key(&name) {
             return;
         }
@@ -209,19 +177,13 @@ impl World {
     }
 
     fn allocate(&mut self, node: u8, labelled: bool) {
-        let name = format!("n{node}");
+        let name = node_name(node);
         if self.nodes.contains_key(&name) {
             return;
         }
-        let mut view = node_view(&name, &[]);
-        if labelled {
-            view.labels.insert("role".into(), "a".into());
-        }
-        let d = self.allocator.decide(&view);
-        let Action::Assign { pod_cidrs, .. } = d.action else {
+        let Some(pod_cidrs) = serve_new(&mut self.allocator, &name, labelled) else {
             return;
         };
-        assert!(self.allocator.confirm(&name, &pod_cidrs));
         self.check_one_source(&pod_cidrs);
         for (other, (theirs, _)) in &self.nodes {
             for mine in &pod_cidrs {
@@ -242,7 +204,7 @@ impl World {
             && got
                 .iter()
                 .all(|b| flags.iter().any(|(r, m)| taken_from(*b, *r, *m)));
-        let from_pool = self.pools.values().filter(|p| !p.deleting).any(|p| {
+        let from_pool = self.pools.live().any(|p| {
             let ranges: Vec<Cidr> = [p.ipv4, p.ipv6].into_iter().flatten().collect();
             got.len() == ranges.len()
                 && got.iter().all(|b| {
@@ -267,42 +229,10 @@ impl World {
             .flatten()
             .copied()
             .collect();
-        for pool in self.pools.values() {
-            let Some(state) = self.allocator.cluster_cidr_state(&pool.name) else {
-                panic!("{} unknown", pool.name);
-            };
-            let usage = match state {
-                PoolState::Serving { usage } | PoolState::Deleting { usage, .. } => usage,
-                PoolState::Invalid { message } => panic!("{}: {message}", pool.name),
-            };
-            for range in [pool.ipv4, pool.ipv6].into_iter().flatten() {
-                let mask = pool.node_mask_size(range);
-                let used = blocks(range, mask)
-                    .filter(|b| held.iter().any(|h| h.overlaps(b)))
-                    .count() as u64;
-                let Some((_, u)) = usage.iter().find(|(f, _)| *f == range.family()) else {
-                    panic!("{} has no {:?} usage", pool.name, range.family());
-                };
-                assert_eq!(u.used, used, "{} {range} used", pool.name);
-                assert_eq!(u.capacity, blocks(range, mask).count() as u64);
-            }
+        for pool in self.pools.iter() {
+            check_usage(&self.allocator, pool, &held);
         }
     }
-}
-
-/// The blocks of `mask` bits in `range`.
-fn blocks(range: Cidr, mask: u8) -> impl Iterator<Item = Cidr> {
-    let count = 1u128 << (mask - range.prefix_len());
-    let host_bits = u32::from(range.family().max_prefix_len() - mask);
-    let base = range.network_bits();
-    (0..count).map(move |i| {
-        let bits = base | (i << host_bits);
-        let address = match range.family() {
-            Family::V4 => std::net::IpAddr::V4(std::net::Ipv4Addr::from(bits as u32)),
-            Family::V6 => std::net::IpAddr::V6(std::net::Ipv6Addr::from(bits)),
-        };
-        Cidr::new(address, mask).expect("block")
-    })
 }
 
 proptest! {
@@ -317,10 +247,10 @@ proptest! {
             node_cidr_mask_size_ipv6: Some(120),
             ..NodeMaskFlags::default()
         };
-        let config = nodeipam_core::config::validate(FLAGS, "", masks).expect("valid");
+        let config = ipam_config(FLAGS, "", masks);
         let mut world = World {
             allocator: Allocator::new(&config).expect("pool"),
-            pools: BTreeMap::new(),
+            pools: Pools::default(),
             nodes: BTreeMap::new(),
         };
         for op in &ops {

@@ -5,54 +5,28 @@
 
 use serde_json::json;
 
-use super::super::{Action, Allocator, Next};
+use super::super::{Action, Next};
 use super::*;
-use crate::cluster_cidr::ClusterCidrObject;
 use crate::cluster_cidr::FINALIZER;
-use crate::test_support::node_view as node;
+use crate::test_support::{allocator, assigned, cluster_cidr_pool, master, node_view as node};
 
 fn masters_pool(awaiting_finalizer: bool) -> ClusterCidrPool {
-    let object: ClusterCidrObject = serde_json::from_value(json!({
-        "metadata": {"name": "masters"},
-        "spec": {
+    let mut pool = cluster_cidr_pool(
+        "masters",
+        json!({
             "perNodeHostBits": 4,
             "ipv4": "10.200.0.0/24",
             "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [
                 {"key": "node-role.kubernetes.io/master", "operator": "Exists"}]}]},
-        },
-    }))
-    .expect("parses");
-    let mut pool = ClusterCidrPool::from_object(&object).expect("a valid ClusterCIDR");
+        }),
+    );
     pool.awaiting_finalizer = awaiting_finalizer;
     pool
 }
 
-fn master(name: &str) -> crate::reconcile::NodeView {
-    let mut view = node(name, &[]);
-    view.labels
-        .insert("node-role.kubernetes.io/master".into(), String::new());
-    view
-}
-
-fn assigned(a: &mut Allocator, view: &crate::reconcile::NodeView) -> Vec<Cidr> {
-    match a.decide(view).action {
-        Action::Assign { pod_cidrs, .. } => {
-            assert!(a.confirm(&view.name, &pod_cidrs));
-            pod_cidrs
-        }
-        other => panic!("{} was not assigned: {other:?}", view.name),
-    }
-}
-
 #[test]
 fn a_pool_without_its_finalizer_is_hosted_but_serves_no_node_until_the_finalizer_is_seen() {
-    let config = nodeipam_core::config::validate(
-        "10.128.0.0/16",
-        "",
-        nodeipam_core::NodeMaskFlags::default(),
-    )
-    .expect("valid test config");
-    let mut a = Allocator::new(&config).expect("pool");
+    let mut a = allocator("10.128.0.0/16");
     let sync = a.sync_cluster_cidrs(&[masters_pool(true)]);
     assert_eq!(sync.added, vec!["masters".to_owned()]);
     assert!(!sync.capacity_added, "nothing can be served from it yet");

@@ -8,25 +8,19 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
-use super::super::{Action, Allocator, NodeView};
+use super::super::{Allocator, NodeView};
 use super::*;
+use crate::cluster_cidr::FINALIZER;
 use crate::cluster_cidr::status::PoolState;
-use crate::cluster_cidr::{ClusterCidrObject, FINALIZER};
 use crate::controller::cluster_cidrs::{Known, Observed, Write, decide};
-use crate::test_support::node_view as node;
+use crate::test_support::{
+    assigned, cluster_cidr_object as object, cluster_cidr_pool, master, node_view as node,
+};
 
+/// The allocator all these tests start from: `--cluster-cidr=10.128.0.0/16` (fixture 08's
+/// OpenShift cluster network).
 fn allocator() -> Allocator {
-    let config = nodeipam_core::config::validate(
-        "10.128.0.0/16",
-        "",
-        nodeipam_core::NodeMaskFlags::default(),
-    )
-    .expect("valid test config");
-    Allocator::new(&config).expect("pool")
-}
-
-fn object(name: &str, spec: Value) -> ClusterCidrObject {
-    serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).expect("parses")
+    crate::test_support::allocator("10.128.0.0/16")
 }
 
 /// A pool for the Nodes labelled `node-role.kubernetes.io/master` with /28 blocks of `ipv4`,
@@ -41,26 +35,9 @@ fn masters_spec(ipv4: &str) -> Value {
 }
 
 fn pool(name: &str, spec: Value, awaiting_finalizer: bool) -> ClusterCidrPool {
-    let mut pool = ClusterCidrPool::from_object(&object(name, spec)).expect("valid");
+    let mut pool = cluster_cidr_pool(name, spec);
     pool.awaiting_finalizer = awaiting_finalizer;
     pool
-}
-
-fn master(name: &str) -> NodeView {
-    let mut view = node(name, &[]);
-    view.labels
-        .insert("node-role.kubernetes.io/master".into(), String::new());
-    view
-}
-
-fn assigned(a: &mut Allocator, view: &NodeView) -> Vec<Cidr> {
-    match a.decide(view).action {
-        Action::Assign { pod_cidrs, .. } => {
-            assert!(a.confirm(&view.name, &pod_cidrs));
-            pod_cidrs
-        }
-        other => panic!("{} was not assigned: {other:?}", view.name),
-    }
 }
 
 /// Whether the writer, given the allocator's state of `name`, would take our finalizer off the

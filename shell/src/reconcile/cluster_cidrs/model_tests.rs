@@ -15,10 +15,12 @@ use nodeipam_core::{Cidr, NodeMaskFlags};
 use proptest::prelude::*;
 use serde_json::json;
 
-use super::super::{Action, Allocator};
-use crate::cluster_cidr::status::PoolState;
-use crate::cluster_cidr::{ClusterCidrObject, ClusterCidrPool};
-use crate::test_support::node_view;
+use super::super::Allocator;
+use crate::cluster_cidr::ClusterCidrPool;
+use crate::test_support::cluster_cidr_model::{
+    PoolChange, Pools, check_usage, model_pool, node_name, serve_new, sync_keeping, taken_from,
+};
+use crate::test_support::{cidr, ipam_config};
 
 const FLAG_CIDR: &str = "10.0.0.0/22";
 
@@ -75,60 +77,33 @@ fn pool_of(index: usize, spec: &Spec) -> ClusterCidrPool {
         .parse()
         .unwrap_or(32);
     let host_bits = spec.host_bits.min(32 - prefix);
-    let mut body = json!({"perNodeHostBits": host_bits.max(4), "ipv4": range});
-    if spec.selector {
-        body["nodeSelector"] = json!({"nodeSelectorTerms": [{"matchExpressions": [
-            {"key": "role", "operator": "In", "values": ["a"]}]}]});
-    }
-    let object: ClusterCidrObject =
-        serde_json::from_value(json!({"metadata": {"name": format!("p{index}")}, "spec": body}))
-            .expect("parses");
-    ClusterCidrPool::from_object(&object).expect("valid")
+    let body = json!({"perNodeHostBits": host_bits.max(4), "ipv4": range});
+    model_pool(index, body, spec.selector)
 }
 
-/// The model's view: pools given to the allocator (name → pool, deleting or not).
+/// The model's view: pools given to the allocator (deleting or not) and what each Node was
+/// given.
 struct World {
     allocator: Allocator,
-    pools: BTreeMap<usize, ClusterCidrPool>,
+    pools: Pools,
     held: BTreeMap<String, Vec<Cidr>>,
 }
 
 impl World {
-    fn sync(&mut self) {
-        let pools: Vec<ClusterCidrPool> = self.pools.values().cloned().collect();
-        let before: Vec<_> = self
-            .held
-            .keys()
-            .map(|n| self.allocator.held(n).map(<[Cidr]>::to_vec))
-            .collect();
-        self.allocator.sync_cluster_cidrs(&pools);
-        let after: Vec<_> = self
-            .held
-            .keys()
-            .map(|n| self.allocator.held(n).map(<[Cidr]>::to_vec))
-            .collect();
-        assert_eq!(before, after, "a sync changed what Nodes hold");
+    fn change(&mut self, change: PoolChange) {
+        self.pools.apply(change);
+        let names: Vec<&String> = self.held.keys().collect();
+        sync_keeping(&mut self.allocator, &self.pools, &names);
     }
 
     fn step(&mut self, op: &Op, specs: &[Spec]) {
         match *op {
-            Op::Add(i) => {
-                self.pools.insert(i, pool_of(i, &specs[i]));
-                self.sync();
-            }
-            Op::Delete(i) => {
-                if let Some(pool) = self.pools.get_mut(&i) {
-                    pool.deleting = true;
-                }
-                self.sync();
-            }
-            Op::Remove(i) => {
-                self.pools.remove(&i);
-                self.sync();
-            }
+            Op::Add(i) => self.change(PoolChange::Add(i, pool_of(i, &specs[i]))),
+            Op::Delete(i) => self.change(PoolChange::Delete(i)),
+            Op::Remove(i) => self.change(PoolChange::Remove(i)),
             Op::Allocate { node, labelled } => self.allocate(node, labelled),
             Op::Release(node) => {
-                let name = format!("n{node}");
+                let name = node_name(node);
                 self.allocator.remove(&name);
                 self.held.remove(&name);
             }
@@ -136,31 +111,22 @@ impl World {
     }
 
     fn allocate(&mut self, node: u8, labelled: bool) {
-        let name = format!("n{node}");
+        let name = node_name(node);
         if self.held.contains_key(&name) {
             return;
         }
-        let mut view = node_view(&name, &[]);
-        if labelled {
-            view.labels.insert("role".into(), "a".into());
+        let Some(pod_cidrs) = serve_new(&mut self.allocator, &name, labelled) else {
+            return;
+        };
+        for block in &pod_cidrs {
+            let from_flags = taken_from(*block, cidr(FLAG_CIDR), 24);
+            let from_pool = self.pools.live().any(|p| {
+                p.ipv4
+                    .is_some_and(|r| taken_from(*block, r, p.node_mask_size(r)))
+            });
+            assert!(from_flags || from_pool, "{block} from no live pool");
         }
-        let d = self.allocator.decide(&view);
-        if let Action::Assign { pod_cidrs, .. } = d.action {
-            assert!(self.allocator.confirm(&name, &pod_cidrs));
-            for cidr in &pod_cidrs {
-                let flag = Cidr::parse(FLAG_CIDR).expect("flag");
-                let from_flags = flag.overlaps(cidr) && cidr.prefix_len() == 24;
-                let from_pool = self.pools.values().filter(|p| !p.deleting).any(|p| {
-                    p.ipv4.is_some_and(|r| {
-                        r.overlaps(cidr)
-                            && cidr.prefix_len() >= r.prefix_len()
-                            && p.node_mask_size(r) == cidr.prefix_len()
-                    })
-                });
-                assert!(from_flags || from_pool, "{cidr} from no live pool");
-            }
-            self.held.insert(name, pod_cidrs);
-        }
+        self.held.insert(name, pod_cidrs);
     }
 
     fn check(&self) {
@@ -177,44 +143,13 @@ impl World {
         for (name, cidrs) in &self.held {
             assert_eq!(self.allocator.held(name), Some(&cidrs[..]), "{name} lost");
         }
-        for pool in self.pools.values() {
-            self.check_state(pool);
-        }
-    }
-
-    /// The pool's usage recounted from the model: blocks of its size in its range that any
-    /// held CIDR overlaps.
-    fn check_state(&self, pool: &ClusterCidrPool) {
-        let Some(state) = self.allocator.cluster_cidr_state(&pool.name) else {
-            panic!("{} unknown", pool.name);
-        };
-        let (usage, holders) = match state {
-            PoolState::Serving { usage } => (usage, None),
-            PoolState::Deleting { usage, holders } => (usage, Some(holders)),
-            PoolState::Invalid { message } => {
-                // Every spec here fits 2^24 blocks and 64 sets.
-                panic!("{} refused: {message}", pool.name)
-            }
-        };
-        let Some(range) = pool.ipv4 else { return };
-        let mask = pool.node_mask_size(range);
-        let count = 1u32 << (mask - range.prefix_len());
-        let step = 1u32 << (32 - mask);
-        let base = match range.network() {
-            std::net::IpAddr::V4(a) => u32::from(a),
-            std::net::IpAddr::V6(_) => return,
-        };
-        let used = (0..count)
-            .filter(|i| {
-                let block = Cidr::new(std::net::Ipv4Addr::from(base + i * step).into(), mask)
-                    .expect("block");
-                self.held.values().flatten().any(|c| c.overlaps(&block))
-            })
-            .count() as u64;
-        assert_eq!(usage[0].1.used, used, "{} used", pool.name);
-        assert_eq!(usage[0].1.capacity, u64::from(count));
-        assert_eq!(usage[0].1.free, u64::from(count) - used);
-        if let Some(holders) = holders {
+        let held: Vec<Cidr> = self.held.values().flatten().copied().collect();
+        for pool in self.pools.iter() {
+            // A deleting pool's holders: the Nodes holding a CIDR inside its range.
+            let Some(holders) = check_usage(&self.allocator, pool, &held) else {
+                continue;
+            };
+            let Some(range) = pool.ipv4 else { continue };
             let recount = self
                 .held
                 .values()
@@ -235,11 +170,10 @@ proptest! {
         specs in proptest::collection::vec(spec(), 4),
         ops in proptest::collection::vec(op(), 1..48),
     ) {
-        let config = nodeipam_core::config::validate(FLAG_CIDR, "", NodeMaskFlags::default())
-            .expect("valid");
+        let config = ipam_config(FLAG_CIDR, "", NodeMaskFlags::default());
         let mut world = World {
             allocator: Allocator::new(&config).expect("pool"),
-            pools: BTreeMap::new(),
+            pools: Pools::default(),
             held: BTreeMap::new(),
         };
         for op in &ops {

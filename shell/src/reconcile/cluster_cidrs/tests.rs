@@ -3,46 +3,18 @@
 //! keeping what Nodes hold, and the status each pool reports.
 
 use nodeipam_core::NodeMaskFlags;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::super::{Action, Allocator, NodeView};
 use super::*;
-use crate::cluster_cidr::ClusterCidrObject;
-use crate::test_support::node_view as node;
-
-fn allocator(cluster: &str) -> Allocator {
-    let config = nodeipam_core::config::validate(cluster, "", NodeMaskFlags::default())
-        .expect("valid test config");
-    Allocator::new(&config).expect("pool")
-}
-
-fn pool(name: &str, spec: Value) -> ClusterCidrPool {
-    let object: ClusterCidrObject =
-        serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).expect("parses");
-    ClusterCidrPool::from_object(&object).expect("a valid ClusterCIDR")
-}
-
-fn cidr(text: &str) -> Cidr {
-    Cidr::parse(text).expect("test CIDR")
-}
-
-fn fixture(file: &str) -> Vec<NodeView> {
-    let path = format!("{}/../fixtures/nodes/{file}", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(&path).expect("fixture readable");
-    let nodes = crate::nodelist::parse_nodes(&text).expect("fixture is a NodeList");
-    nodes.iter().map(NodeView::from_node).collect()
-}
+use crate::test_support::{
+    allocator, assign, cidr, cluster_cidr_pool as pool, fixture_views as fixture, ipam_config,
+    node_view as node,
+};
 
 /// Decides `view` and confirms an assignment; returns the podCIDRs it got (empty when it waits).
 fn serve(a: &mut Allocator, view: &NodeView) -> Vec<Cidr> {
-    let d = a.decide(view);
-    match d.action {
-        Action::Assign { pod_cidrs, .. } => {
-            assert!(a.confirm(&view.name, &pod_cidrs));
-            pod_cidrs
-        }
-        _ => Vec::new(),
-    }
+    assign(a, view).unwrap_or_default()
 }
 
 fn rows(a: &Allocator) -> Vec<(String, u8, u32)> {
@@ -379,9 +351,7 @@ fn single_family_pools_do_not_make_nodes_missing_a_family() {
 /// never hands out its addresses (its status counts them as used).
 #[test]
 fn a_service_cidr_stays_reserved_in_a_new_pool() {
-    let config =
-        nodeipam_core::config::validate("10.0.0.0/16", "10.9.0.0/24", NodeMaskFlags::default())
-            .expect("valid test config");
+    let config = ipam_config("10.0.0.0/16", "10.9.0.0/24", NodeMaskFlags::default());
     let mut a = Allocator::new(&config).expect("pool");
     let services = pool(
         "services-near",
