@@ -94,6 +94,17 @@ pub(crate) fn cluster_cidr_pool(name: &str, spec: Value) -> ClusterCidrPool {
     ClusterCidrPool::from_object(&cluster_cidr_object(name, spec)).expect("a valid ClusterCIDR")
 }
 
+/// The spec of a pool for the Nodes labelled `node-role.kubernetes.io/master` (fixture 08's
+/// masters) with /28 blocks of `ipv4`.
+pub(crate) fn masters_spec(ipv4: &str) -> Value {
+    json!({
+        "perNodeHostBits": 4,
+        "ipv4": ipv4,
+        "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "node-role.kubernetes.io/master", "operator": "Exists"}]}]},
+    })
+}
+
 /// The view of Node `name` without podCIDRs, labelled `node-role.kubernetes.io/master` (as
 /// fixture 08's masters are).
 pub(crate) fn master(name: &str) -> NodeView {

@@ -3,23 +3,15 @@
 //! 3), where a pool deleted before its finalizer was on went away at once while the controller
 //! kept handing out its blocks.
 
-use serde_json::json;
-
 use super::super::{Action, Next};
 use super::*;
 use crate::cluster_cidr::FINALIZER;
-use crate::test_support::{allocator, assigned, cluster_cidr_pool, master, node_view as node};
+use crate::test_support::{
+    allocator, assigned, cluster_cidr_pool, master, masters_spec, node_view as node,
+};
 
 fn masters_pool(awaiting_finalizer: bool) -> ClusterCidrPool {
-    let mut pool = cluster_cidr_pool(
-        "masters",
-        json!({
-            "perNodeHostBits": 4,
-            "ipv4": "10.200.0.0/24",
-            "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "node-role.kubernetes.io/master", "operator": "Exists"}]}]},
-        }),
-    );
+    let mut pool = cluster_cidr_pool("masters", masters_spec("10.200.0.0/24"));
     pool.awaiting_finalizer = awaiting_finalizer;
     pool
 }

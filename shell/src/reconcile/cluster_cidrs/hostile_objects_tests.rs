@@ -14,24 +14,14 @@ use crate::cluster_cidr::FINALIZER;
 use crate::cluster_cidr::status::PoolState;
 use crate::controller::cluster_cidrs::{Known, Observed, Write, decide};
 use crate::test_support::{
-    assigned, cluster_cidr_object as object, cluster_cidr_pool, master, node_view as node,
+    assigned, cluster_cidr_object as object, cluster_cidr_pool, master, masters_spec,
+    node_view as node,
 };
 
 /// The allocator all these tests start from: `--cluster-cidr=10.128.0.0/16` (fixture 08's
 /// OpenShift cluster network).
 fn allocator() -> Allocator {
     crate::test_support::allocator("10.128.0.0/16")
-}
-
-/// A pool for the Nodes labelled `node-role.kubernetes.io/master` with /28 blocks of `ipv4`,
-/// its finalizer seen (it serves).
-fn masters_spec(ipv4: &str) -> Value {
-    json!({
-        "perNodeHostBits": 4,
-        "ipv4": ipv4,
-        "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [
-            {"key": "node-role.kubernetes.io/master", "operator": "Exists"}]}]},
-    })
 }
 
 fn pool(name: &str, spec: Value, awaiting_finalizer: bool) -> ClusterCidrPool {

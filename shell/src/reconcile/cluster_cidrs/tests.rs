@@ -9,7 +9,7 @@ use super::super::{Action, Allocator, NodeView};
 use super::*;
 use crate::test_support::{
     allocator, assign, cidr, cluster_cidr_pool as pool, fixture_views as fixture, ipam_config,
-    node_view as node,
+    masters_spec, node_view as node,
 };
 
 /// Decides `view` and confirms an assignment; returns the podCIDRs it got (empty when it waits).
@@ -30,15 +30,7 @@ fn rows(a: &Allocator) -> Vec<(String, u8, u32)> {
 #[test]
 fn a_selector_pool_serves_the_labelled_fixture_nodes_and_the_flags_the_rest() {
     let mut a = allocator("10.128.0.0/16");
-    let masters = pool(
-        "masters",
-        json!({
-            "perNodeHostBits": 4,
-            "ipv4": "10.200.0.0/24",
-            "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "node-role.kubernetes.io/master", "operator": "Exists"}]}]},
-        }),
-    );
+    let masters = pool("masters", masters_spec("10.200.0.0/24"));
     let sync = a.sync_cluster_cidrs(std::slice::from_ref(&masters));
     assert_eq!(
         sync,
