@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+mod plan_json;
+
 const BIN: &str = env!("CARGO_BIN_EXE_nodeipam-controller");
 
 /// Runs the binary with no cluster reachable (no kubeconfig, no in-cluster env).
@@ -77,16 +79,9 @@ fn plan(list: &Value, flags: &[&str]) -> (i32, Value, String) {
 }
 
 fn actions(json: &Value) -> Vec<(String, String)> {
-    json["nodes"]
-        .as_array()
-        .expect("nodes")
+    plan_json::rows(json, "nodes")
         .iter()
-        .map(|n| {
-            (
-                n["name"].as_str().unwrap_or_default().to_owned(),
-                n["action"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
+        .map(|n| (plan_json::text(n, "name"), plan_json::text(n, "action")))
         .collect()
 }
 
@@ -602,30 +597,16 @@ fn plan_shows_one_pool_row_per_cluster_cidr() {
     let list = nodes(&[json!({}), json!({}), json!({}), json!({})], &[]);
     let (code, json, stderr) = plan(&list, &["--cluster-cidr=10.10.0.0/23,10.20.0.0/22"]);
     assert_eq!(code, 0, "{stderr}");
-    let pools: Vec<(String, u64, u64)> = json["pools"]
-        .as_array()
-        .expect("pools")
-        .iter()
-        .map(|p| {
-            (
-                p["clusterCIDR"].as_str().unwrap_or_default().to_owned(),
-                p["capacity"].as_u64().unwrap_or_default(),
-                p["used"].as_u64().unwrap_or_default(),
-            )
-        })
-        .collect();
     assert_eq!(
-        pools,
+        plan_json::pools(&json, "capacity"),
         [
             ("10.10.0.0/23".to_owned(), 2, 2),
             ("10.20.0.0/22".to_owned(), 4, 2)
         ]
     );
-    let mut cidrs: Vec<String> = json["nodes"]
-        .as_array()
-        .expect("nodes")
+    let mut cidrs: Vec<String> = plan_json::rows(&json, "nodes")
         .iter()
-        .map(|n| n["podCIDRs"][0].as_str().unwrap_or_default().to_owned())
+        .map(plan_json::first_pod_cidr)
         .collect();
     cidrs.sort();
     assert_eq!(

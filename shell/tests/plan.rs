@@ -22,6 +22,9 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::{Value, json};
 
+mod plan_json;
+use plan_json::{first_pod_cidr, text};
+
 const BIN: &str = env!("CARGO_BIN_EXE_nodeipam-controller");
 
 fn fixture(name: &str) -> String {
@@ -54,20 +57,18 @@ fn plan(file: &str, flags: &[&str]) -> (i32, Value) {
 }
 
 fn actions(json: &Value) -> Vec<(String, Vec<String>, String)> {
-    json["nodes"]
-        .as_array()
-        .expect("nodes array")
+    plan_json::rows(json, "nodes")
         .iter()
         .map(|n| {
             (
-                n["name"].as_str().unwrap_or_default().to_owned(),
+                text(n, "name"),
                 n["podCIDRs"]
                     .as_array()
                     .expect("podCIDRs array")
                     .iter()
                     .map(|c| c.as_str().unwrap_or_default().to_owned())
                     .collect(),
-                n["action"].as_str().unwrap_or_default().to_owned(),
+                text(n, "action"),
             )
         })
         .collect()
@@ -601,48 +602,27 @@ fn cluster_cidrs_serve_the_nodes_their_selectors_match() {
         &["--cluster-cidr=10.128.0.0/24", "--cluster-cidrs", &pools],
     );
     assert_eq!(code, 0, "{json}");
-    let got: Vec<(String, String, String)> = json["nodes"]
-        .as_array()
-        .expect("nodes")
+    let got: Vec<[String; 3]> = plan_json::rows(&json, "nodes")
         .iter()
         .map(|n| {
-            (
-                n["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .replace("ci-ln-d53y532-f76d1-2btqq-", ""),
-                n["podCIDRs"][0].as_str().unwrap_or_default().to_owned(),
-                n["reason"].as_str().unwrap_or_default().to_owned(),
-            )
+            [
+                text(n, "name").replace("ci-ln-d53y532-f76d1-2btqq-", ""),
+                first_pod_cidr(n),
+                text(n, "reason"),
+            ]
         })
         .collect();
     let expected = [
-        ("master-0", "10.200.0.0/28", "in ClusterCIDR masters"),
-        ("master-1", "10.200.0.16/28", "in ClusterCIDR masters"),
-        ("master-2", "10.200.0.32/28", "in ClusterCIDR masters"),
-        ("worker-b-7x8mw", "10.201.0.0/26", "in ClusterCIDR zone-b"),
-        ("worker-c-nmnbz", "10.128.0.0/24", "in ClusterCIDR overflow"),
-        ("worker-d-bpnbd", "10.128.1.0/24", "in ClusterCIDR overflow"),
+        ["master-0", "10.200.0.0/28", "in ClusterCIDR masters"],
+        ["master-1", "10.200.0.16/28", "in ClusterCIDR masters"],
+        ["master-2", "10.200.0.32/28", "in ClusterCIDR masters"],
+        ["worker-b-7x8mw", "10.201.0.0/26", "in ClusterCIDR zone-b"],
+        ["worker-c-nmnbz", "10.128.0.0/24", "in ClusterCIDR overflow"],
+        ["worker-d-bpnbd", "10.128.1.0/24", "in ClusterCIDR overflow"],
     ];
-    let expected: Vec<(String, String, String)> = expected
-        .iter()
-        .map(|(a, b, c)| ((*a).to_owned(), (*b).to_owned(), (*c).to_owned()))
-        .collect();
     assert_eq!(got, expected);
-    let pools: Vec<(String, u64, u64)> = json["pools"]
-        .as_array()
-        .expect("pools")
-        .iter()
-        .map(|p| {
-            (
-                p["clusterCIDR"].as_str().unwrap_or_default().to_owned(),
-                p["nodeMaskSize"].as_u64().unwrap_or_default(),
-                p["used"].as_u64().unwrap_or_default(),
-            )
-        })
-        .collect();
     assert_eq!(
-        pools,
+        plan_json::pools(&json, "nodeMaskSize"),
         [
             ("10.128.0.0/22".to_owned(), 24, 2),
             ("10.200.0.0/24".to_owned(), 28, 3),
@@ -650,46 +630,27 @@ fn cluster_cidrs_serve_the_nodes_their_selectors_match() {
             ("10.201.0.0/24".to_owned(), 26, 1),
         ]
     );
-    let rows: Vec<(String, String, Value)> = json["clusterCIDRs"]
-        .as_array()
-        .expect("clusterCIDRs")
+    let rows: Vec<(String, String, Value)> = plan_json::rows(&json, "clusterCIDRs")
         .iter()
-        .map(|r| {
-            (
-                r["name"].as_str().unwrap_or_default().to_owned(),
-                r["state"].as_str().unwrap_or_default().to_owned(),
-                r["ranges"].clone(),
-            )
-        })
+        .map(|r| (text(r, "name"), text(r, "state"), r["ranges"].clone()))
         .collect();
-    let range = |cidr: &str, capacity: u64, used: u64| serde_json::json!([{"cidr": cidr, "capacity": capacity, "used": used, "free": capacity - used}]);
+    // One row: `(name, state, ranges)`, its one range `cidr` with `capacity` and `used` blocks.
+    let row = |name: &str, state: &str, cidr: &str, capacity: u64, used: u64| {
+        let range =
+            json!([{"cidr": cidr, "capacity": capacity, "used": used, "free": capacity - used}]);
+        (name.to_owned(), state.to_owned(), range)
+    };
     assert_eq!(
         rows,
         [
-            (
-                "masters".to_owned(),
-                "serving".to_owned(),
-                range("10.200.0.0/24", 16, 3)
-            ),
-            (
-                "overflow".to_owned(),
-                "serving".to_owned(),
-                range("10.128.0.0/22", 4, 2)
-            ),
-            (
-                "retired".to_owned(),
-                "deleting".to_owned(),
-                range("10.202.0.0/23", 2, 0)
-            ),
-            (
-                "zone-b".to_owned(),
-                "serving".to_owned(),
-                range("10.201.0.0/24", 4, 1)
-            ),
+            row("masters", "serving", "10.200.0.0/24", 16, 3),
+            row("overflow", "serving", "10.128.0.0/22", 4, 2),
+            row("retired", "deleting", "10.202.0.0/23", 2, 0),
+            row("zone-b", "serving", "10.201.0.0/24", 4, 1),
             (
                 "too-small-blocks".to_owned(),
                 "invalid".to_owned(),
-                serde_json::json!([])
+                json!([])
             ),
         ]
     );
