@@ -8,30 +8,25 @@
 mod common;
 
 use common::{
-    WAIT, all_pod_cidrs, assert_no_cidr_handed_out_twice, cluster_cidr, create_cluster_cidr,
-    delete_cluster_cidr, fast_config, init_tracing, ipam, masks, spawn, unserved,
-    wait_cluster_cidr,
+    WAIT, all_pod_cidrs, assert_all_served, assert_cluster_cidr, assert_no_cidr_handed_out_twice,
+    cluster_cidr, condition_is, create_cluster_cidr, delete_cluster_cidr, four_aws_nodes,
+    has_finalizer, ready_reason_is, served_from, spawn, unserved, with_cluster_cidrs,
 };
 use kube::api::{Patch, PatchParams};
-use nodeipam::controller::cluster_cidrs::FINALIZER;
-use nodeipam_tests::sandbox::{Sandbox, SandboxHandle, fixture};
+use nodeipam_tests::sandbox::SandboxHandle;
 use serde_json::{Value, json};
 
-fn has_finalizer(object: Option<&Value>) -> bool {
-    object.is_some_and(|o| {
-        o["metadata"]["finalizers"]
-            .as_array()
-            .is_some_and(|f| f.iter().any(|f| f == FINALIZER))
-    })
+/// The controller with ClusterCIDRs on and a flag CIDR full after two Nodes, allocating.
+async fn controller(sb: &SandboxHandle) -> common::Running {
+    let running = spawn(sb, with_cluster_cidrs("10.10.0.0/23", None));
+    running.wait_allocating(sb).await;
+    running
 }
 
 /// The two Nodes served from `grow` (`10.20.0.0/23`, /24 blocks), its finalizer on; the running
 /// controller.
 async fn two_nodes_in_grow(sb: &SandboxHandle) -> (common::Running, Vec<String>) {
-    let mut config = fast_config(ipam("10.10.0.0/23", "", masks(None, None, None)));
-    config.cluster_cidrs = true;
-    let running = spawn(sb, config);
-    running.wait_allocating(sb).await;
+    let running = controller(sb).await;
     assert!(sb.wait_until(WAIT, |sb| unserved(sb).len() == 2).await);
     create_cluster_cidr(
         sb,
@@ -39,19 +34,23 @@ async fn two_nodes_in_grow(sb: &SandboxHandle) -> (common::Running, Vec<String>)
         json!({"ipv4": "10.20.0.0/23", "perNodeHostBits": 8}),
     )
     .await;
-    assert!(
-        sb.wait_until(WAIT, |sb| unserved(sb).is_empty()).await,
-        "{:?}",
-        all_pod_cidrs(sb)
-    );
-    assert!(wait_cluster_cidr(sb, "grow", has_finalizer).await);
-    let holders: Vec<String> = all_pod_cidrs(sb)
-        .into_iter()
-        .filter(|(_, c)| c[0].starts_with("10.20."))
-        .map(|(n, _)| n)
-        .collect();
+    assert_all_served(sb, "the waiting Nodes served from grow").await;
+    assert_cluster_cidr(sb, "grow", "our finalizer on", has_finalizer).await;
+    let holders = served_from(sb, "10.20.");
     assert_eq!(holders.len(), 2, "{:?}", all_pod_cidrs(sb));
     (running, holders)
+}
+
+/// An operator takes every finalizer off ClusterCIDR `name` by hand (a JSON merge patch).
+async fn strip_finalizers(sb: &SandboxHandle, name: &str) {
+    let api = nodeipam::controller::cluster_cidrs::api(sb.client());
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
 }
 
 /// Edits `grow`'s spec with a JSON merge patch (accepted: the rules are dropped).
@@ -76,21 +75,21 @@ async fn held_until_the_nodes_leave(sb: &SandboxHandle, holders: &[String]) {
         "two Nodes hold blocks of grow's old range, yet its finalizer went: {:?}",
         cluster_cidr(sb, "grow").await
     );
+    gone_once_the_nodes_leave(sb, holders).await;
+}
+
+/// The Nodes holding blocks of `grow` (already deleted) leave: it goes.
+async fn gone_once_the_nodes_leave(sb: &SandboxHandle, holders: &[String]) {
     for name in holders {
         sb.delete_node(name).unwrap();
     }
-    assert!(
-        wait_cluster_cidr(sb, "grow", |o| o.is_none()).await,
-        "{:?}",
-        cluster_cidr(sb, "grow").await
-    );
+    assert_cluster_cidr(sb, "grow", "gone once its Nodes left", |o| o.is_none()).await;
 }
 
 /// The range moved (`10.20.0.0/23` → `10.30.0.0/23`): a valid pool of other ranges now.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_range_edited_in_place_keeps_the_finalizer_while_nodes_hold_the_old_blocks() {
-    init_tracing();
-    let sb = Sandbox::start(fixture("05-aws-4nodes-no-podcidr.json")).await;
+    let sb = four_aws_nodes().await;
     let (running, holders) = two_nodes_in_grow(&sb).await;
     edit_spec(&sb, json!({"ipv4": "10.30.0.0/23"})).await;
     held_until_the_nodes_leave(&sb, &holders).await;
@@ -102,17 +101,13 @@ async fn a_range_edited_in_place_keeps_the_finalizer_while_nodes_hold_the_old_bl
 /// still hold what it handed out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spec_made_invalid_in_place_keeps_the_finalizer_while_nodes_hold_its_blocks() {
-    init_tracing();
-    let sb = Sandbox::start(fixture("05-aws-4nodes-no-podcidr.json")).await;
+    let sb = four_aws_nodes().await;
     let (running, holders) = two_nodes_in_grow(&sb).await;
     edit_spec(&sb, json!({"perNodeHostBits": 200})).await;
-    assert!(
-        wait_cluster_cidr(&sb, "grow", |o| o
-            .is_some_and(|o| common::condition(o, "Invalid").0 == "True"))
-        .await,
-        "{:?}",
-        cluster_cidr(&sb, "grow").await
-    );
+    assert_cluster_cidr(&sb, "grow", "Invalid", |o| {
+        condition_is(o, "Invalid", "True")
+    })
+    .await;
     assert!(
         has_finalizer(cluster_cidr(&sb, "grow").await.as_ref()),
         "Invalid now, but two Nodes hold its blocks: {:?}",
@@ -120,13 +115,10 @@ async fn a_spec_made_invalid_in_place_keeps_the_finalizer_while_nodes_hold_its_b
     );
     // Its status shows no usage of a pool it no longer is, and is written once, not every
     // round (a merge patch that leaves the old `ipv4` in place never matches what is wanted).
-    assert!(
-        wait_cluster_cidr(&sb, "grow", |o| o
-            .is_some_and(|o| o["status"].get("ipv4").is_none()))
-        .await,
-        "{:?}",
-        cluster_cidr(&sb, "grow").await
-    );
+    assert_cluster_cidr(&sb, "grow", "no IPv4 usage in its status", |o| {
+        o.is_some_and(|o| o["status"].get("ipv4").is_none())
+    })
+    .await;
     sb.clear_requests();
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     let status_writes = sb
@@ -145,8 +137,7 @@ async fn a_spec_made_invalid_in_place_keeps_the_finalizer_while_nodes_hold_its_b
 /// the retry at most 60 s: only the Node's update can serve it within the test).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_node_labelled_into_a_selector_pool_is_served_from_it() {
-    init_tracing();
-    let sb = Sandbox::start(fixture("05-aws-4nodes-no-podcidr.json")).await;
+    let sb = four_aws_nodes().await;
     create_cluster_cidr(
         &sb,
         "extra",
@@ -159,8 +150,7 @@ async fn a_waiting_node_labelled_into_a_selector_pool_is_served_from_it() {
         }),
     )
     .await;
-    let mut config = fast_config(ipam("10.10.0.0/23", "", masks(None, None, None)));
-    config.cluster_cidrs = true;
+    let mut config = with_cluster_cidrs("10.10.0.0/23", None);
     config.retry_max_delay = std::time::Duration::from_secs(60);
     let running = spawn(&sb, config);
     running.wait_allocating(&sb).await;
@@ -199,49 +189,29 @@ async fn a_waiting_node_labelled_into_a_selector_pool_is_served_from_it() {
 /// the pool; it lets the object go once the Nodes leave.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_during_a_held_deletion_keeps_the_finalizer() {
-    init_tracing();
-    let sb = Sandbox::start(fixture("05-aws-4nodes-no-podcidr.json")).await;
+    let sb = four_aws_nodes().await;
     let (first, holders) = two_nodes_in_grow(&sb).await;
     delete_cluster_cidr(&sb, "grow").await;
-    assert!(
-        wait_cluster_cidr(&sb, "grow", |o| o
-            .is_some_and(|o| common::condition(o, "Ready").1 == "Deleting"))
-        .await
-    );
+    assert_cluster_cidr(&sb, "grow", "Ready: Deleting", |o| {
+        ready_reason_is(o, "Deleting")
+    })
+    .await;
     // `kill -9`: the run() future dropped.
     first.abort().await;
-    let mut config = fast_config(ipam("10.10.0.0/23", "", masks(None, None, None)));
-    config.cluster_cidrs = true;
-    let second = spawn(&sb, config);
-    second.wait_allocating(&sb).await;
+    let second = controller(&sb).await;
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     assert!(
         has_finalizer(cluster_cidr(&sb, "grow").await.as_ref()),
         "the restarted controller let go of a pool two Nodes hold blocks of: {:?}",
         cluster_cidr(&sb, "grow").await
     );
-    assert!(
-        wait_cluster_cidr(&sb, "grow", |o| o.is_some_and(|o| {
-            let ready = common::condition(o, "Ready");
-            ready.1 == "Deleting"
-        }))
-        .await
-    );
-    held_until_the_nodes_leave_after_delete(&sb, &holders).await;
+    assert_cluster_cidr(&sb, "grow", "Ready: Deleting after the restart", |o| {
+        ready_reason_is(o, "Deleting")
+    })
+    .await;
+    gone_once_the_nodes_leave(&sb, &holders).await;
     let _ = second.stop().await;
     assert_no_cidr_handed_out_twice(&sb);
-}
-
-/// The Nodes of an already deleted `grow` leave: it goes.
-async fn held_until_the_nodes_leave_after_delete(sb: &SandboxHandle, holders: &[String]) {
-    for name in holders {
-        sb.delete_node(name).unwrap();
-    }
-    assert!(
-        wait_cluster_cidr(sb, "grow", |o| o.is_none()).await,
-        "{:?}",
-        cluster_cidr(sb, "grow").await
-    );
 }
 
 /// An operator strips our finalizer by hand from `grow` being deleted while two Nodes hold its
@@ -249,19 +219,11 @@ async fn held_until_the_nodes_leave_after_delete(sb: &SandboxHandle, holders: &[
 /// new Nodes it serves never get the blocks the two still hold, before and after a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stripped_finalizer_and_a_re_created_wider_pool_hand_out_nothing_twice() {
-    init_tracing();
-    let sb = Sandbox::start(fixture("05-aws-4nodes-no-podcidr.json")).await;
+    let sb = four_aws_nodes().await;
     let (first, holders) = two_nodes_in_grow(&sb).await;
     delete_cluster_cidr(&sb, "grow").await;
-    let api = nodeipam::controller::cluster_cidrs::api(sb.client());
-    api.patch(
-        "grow",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-    )
-    .await
-    .unwrap();
-    assert!(wait_cluster_cidr(&sb, "grow", |o| o.is_none()).await);
+    strip_finalizers(&sb, "grow").await;
+    assert_cluster_cidr(&sb, "grow", "gone without its finalizer", |o| o.is_none()).await;
     create_cluster_cidr(
         &sb,
         "grow",
@@ -273,19 +235,12 @@ async fn a_stripped_finalizer_and_a_re_created_wider_pool_hand_out_nothing_twice
         let name = format!("ip-10-1-9-{i}.eu-central-1.compute.internal");
         sb.create_node(common::node_like(&template, &name)).unwrap();
     }
-    assert!(
-        sb.wait_until(WAIT, |sb| unserved(sb).is_empty()).await,
-        "{:?}",
-        all_pod_cidrs(&sb)
-    );
+    assert_all_served(&sb, "the new Nodes served from the re-created grow").await;
     assert_no_cidr_handed_out_twice(&sb);
     let _ = first.stop().await;
     // Restarted: the four Nodes in 10.20.0.0/22 are occupied, the flag CIDR is full: two more
     // Nodes wait (each told so), nothing is handed out twice.
-    let mut config = fast_config(ipam("10.10.0.0/23", "", masks(None, None, None)));
-    config.cluster_cidrs = true;
-    let second = spawn(&sb, config);
-    second.wait_allocating(&sb).await;
+    let second = controller(&sb).await;
     for i in 2..4 {
         let name = format!("ip-10-1-9-{i}.eu-central-1.compute.internal");
         sb.create_node(common::node_like(&template, &name)).unwrap();
@@ -301,11 +256,12 @@ async fn a_stripped_finalizer_and_a_re_created_wider_pool_hand_out_nothing_twice
         "{:?}",
         all_pod_cidrs(&sb)
     );
-    let in_grow = all_pod_cidrs(&sb)
-        .into_iter()
-        .filter(|(_, c)| c.first().is_some_and(|c| c.starts_with("10.20.")))
-        .count();
-    assert_eq!(in_grow, 4, "{:?}", all_pod_cidrs(&sb));
+    assert_eq!(
+        served_from(&sb, "10.20.").len(),
+        4,
+        "{:?}",
+        all_pod_cidrs(&sb)
+    );
     assert_eq!(unserved(&sb).len(), 2, "{:?}", all_pod_cidrs(&sb));
     assert!(holders.iter().all(|h| !unserved(&sb).contains(h)));
     let _ = second.stop().await;
@@ -318,8 +274,7 @@ async fn a_stripped_finalizer_and_a_re_created_wider_pool_hand_out_nothing_twice
 /// set is free: `q` must be hosted (it gets our finalizer and `Invalid` False).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_pool_is_hosted_once_the_nodes_of_a_gone_pool_leave() {
-    init_tracing();
-    let sb = Sandbox::start(fixture("05-aws-4nodes-no-podcidr.json")).await;
+    let sb = four_aws_nodes().await;
     let (running, holders) = two_nodes_in_grow(&sb).await;
     for i in 0..62 {
         let spec = json!({"ipv4": format!("10.{}.0.0/24", 100 + i), "perNodeHostBits": 8});
@@ -331,23 +286,13 @@ async fn a_refused_pool_is_hosted_once_the_nodes_of_a_gone_pool_leave() {
         json!({"ipv4": "10.201.0.0/24", "perNodeHostBits": 8}),
     )
     .await;
-    assert!(
-        wait_cluster_cidr(&sb, "q", |o| o
-            .is_some_and(|o| common::condition(o, "Invalid").0 == "True"))
-        .await,
-        "{:?}",
-        cluster_cidr(&sb, "q").await
-    );
+    assert_cluster_cidr(&sb, "q", "refused: Invalid", |o| {
+        condition_is(o, "Invalid", "True")
+    })
+    .await;
     delete_cluster_cidr(&sb, "grow").await;
-    let api = nodeipam::controller::cluster_cidrs::api(sb.client());
-    api.patch(
-        "grow",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-    )
-    .await
-    .unwrap();
-    assert!(wait_cluster_cidr(&sb, "grow", |o| o.is_none()).await);
+    strip_finalizers(&sb, "grow").await;
+    assert_cluster_cidr(&sb, "grow", "gone without its finalizer", |o| o.is_none()).await;
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     // Offered to the allocator every round while refused, announced once (a series counts
     // repeats of one event).
@@ -361,13 +306,13 @@ async fn a_refused_pool_is_hosted_once_the_nodes_of_a_gone_pool_leave() {
     for name in &holders {
         sb.delete_node(name).unwrap();
     }
-    assert!(
-        wait_cluster_cidr(&sb, "q", |o| has_finalizer(o)
-            && o.is_some_and(|o| common::condition(o, "Invalid").0 == "False"))
-        .await,
-        "q stays refused though the set it waits for is free: {:?}",
-        cluster_cidr(&sb, "q").await
-    );
+    assert_cluster_cidr(
+        &sb,
+        "q",
+        "stays refused though the set it waits for is free",
+        |o| has_finalizer(o) && condition_is(o, "Invalid", "False"),
+    )
+    .await;
     let _ = running.stop().await;
     assert_no_cidr_handed_out_twice(&sb);
 }

@@ -17,44 +17,17 @@
 mod common;
 
 use common::{
-    WAIT, all_pod_cidrs, assert_no_cidr_handed_out_twice, cluster_cidr, condition,
-    create_cluster_cidr, delete_cluster_cidr, events_with_reason, fast_config, init_tracing, ipam,
-    masks, node_like, pod_cidrs, spawn, template_node, unserved, wait_cluster_cidr,
+    WAIT, all_pod_cidrs, assert_all_served, assert_cluster_cidr, assert_no_cidr_handed_out_twice,
+    cluster_cidr, condition, create_cluster_cidr, delete_cluster_cidr, events_with_reason,
+    four_aws_nodes, has_finalizer, init_tracing, node_like, pod_cidrs, ready_reason_is,
+    served_from, spawn, template_node, unserved, usage, with_cluster_cidrs,
 };
-use nodeipam::controller::ControllerConfig;
-use nodeipam::controller::cluster_cidrs::FINALIZER;
 use nodeipam_tests::sandbox::{FaultAction, Resource, Sandbox, Verb, fixture};
 use serde_json::{Value, json};
 
-/// The controller with ClusterCIDRs on (what `--cidr-allocator-type=MultiCIDRRangeAllocator`
-/// sets).
-fn with_cluster_cidrs(cluster_cidr: &str, v6_mask: Option<u8>) -> ControllerConfig {
-    let mut config = fast_config(ipam(cluster_cidr, "", masks(None, None, v6_mask)));
-    config.cluster_cidrs = true;
-    config
-}
-
-fn has_finalizer(object: Option<&Value>) -> bool {
-    object.is_some_and(|o| {
-        o["metadata"]["finalizers"]
-            .as_array()
-            .is_some_and(|f| f.iter().any(|f| f == FINALIZER))
-    })
-}
-
-/// Nodes whose first podCIDR starts with `prefix`.
-fn served_from(sb: &nodeipam_tests::sandbox::SandboxHandle, prefix: &str) -> Vec<String> {
-    all_pod_cidrs(sb)
-        .into_iter()
-        .filter(|(_, cidrs)| cidrs.first().is_some_and(|c| c.starts_with(prefix)))
-        .map(|(name, _)| name)
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_cidr_serves_waiting_nodes_keeps_its_finalizer_until_the_last_leaves() {
-    init_tracing();
-    let sb = Sandbox::start(fixture("05-aws-4nodes-no-podcidr.json")).await;
+    let sb = four_aws_nodes().await;
     let mut config = with_cluster_cidrs("10.10.0.0/23", None);
     // A waiting Node's safety re-check only after 10 minutes: only the wake on the new pool
     // can serve the waiting Nodes within the test.
@@ -78,24 +51,19 @@ async fn a_cluster_cidr_serves_waiting_nodes_keeps_its_finalizer_until_the_last_
         json!({"ipv4": "10.20.0.0/23", "perNodeHostBits": 8}),
     )
     .await;
-    assert!(
-        sb.wait_until(WAIT, |sb| unserved(sb).is_empty()).await,
-        "the waiting Nodes were not served from the new ClusterCIDR: {:?}",
-        all_pod_cidrs(&sb)
-    );
+    assert_all_served(
+        &sb,
+        "the waiting Nodes were not served from the new ClusterCIDR",
+    )
+    .await;
     let mut grown = served_from(&sb, "10.20.");
     grown.sort();
     assert_eq!(grown, waiting, "{:?}", all_pod_cidrs(&sb));
     // Its finalizer and its status: two /24s, both used.
-    assert!(
-        wait_cluster_cidr(&sb, "grow", |o| has_finalizer(o)
-            && o.is_some_and(
-                |o| o["status"]["ipv4"] == json!({"capacity": 2, "used": 2, "free": 0})
-            ))
-        .await,
-        "finalizer and status: {:?}",
-        cluster_cidr(&sb, "grow").await
-    );
+    assert_cluster_cidr(&sb, "grow", "finalizer and status", |o| {
+        has_finalizer(o) && o.is_some_and(|o| o["status"]["ipv4"] == usage(2, 2))
+    })
+    .await;
     let object = cluster_cidr(&sb, "grow").await.unwrap();
     assert_eq!(
         condition(&object, "Invalid"),
@@ -123,13 +91,10 @@ async fn a_cluster_cidr_serves_waiting_nodes_keeps_its_finalizer_until_the_last_
 
     // Deleted: held by the finalizer while Nodes hold its blocks; serves no new Node.
     delete_cluster_cidr(&sb, "grow").await;
-    assert!(
-        wait_cluster_cidr(&sb, "grow", |o| o
-            .is_some_and(|o| condition(o, "Ready").1 == "Deleting"))
-        .await,
-        "{:?}",
-        cluster_cidr(&sb, "grow").await
-    );
+    assert_cluster_cidr(&sb, "grow", "Ready: Deleting", |o| {
+        ready_reason_is(o, "Deleting")
+    })
+    .await;
     sb.create_node(node_like(
         &template_node("05-aws-4nodes-no-podcidr.json"),
         "ip-10-1-1-99.eu-central-1.compute.internal",
@@ -154,11 +119,10 @@ async fn a_cluster_cidr_serves_waiting_nodes_keeps_its_finalizer_until_the_last_
     );
     // The last holder leaves: the finalizer goes, and the object with it.
     sb.delete_node(&waiting[1]).unwrap();
-    assert!(
-        wait_cluster_cidr(&sb, "grow", |o| o.is_none()).await,
-        "the ClusterCIDR was not released after its last Node left: {:?}",
-        cluster_cidr(&sb, "grow").await
-    );
+    assert_cluster_cidr(&sb, "grow", "not released after its last Node left", |o| {
+        o.is_none()
+    })
+    .await;
     let _ = second.stop().await;
     assert_no_cidr_handed_out_twice(&sb);
 }
@@ -184,11 +148,7 @@ async fn a_selector_pool_serves_the_labelled_nodes_beside_the_default_pool() {
     .await;
     let running = spawn(&sb, with_cluster_cidrs("10.10.0.0/16", None));
     running.wait_allocating(&sb).await;
-    assert!(
-        sb.wait_until(WAIT, |sb| unserved(sb).is_empty()).await,
-        "{:?}",
-        all_pod_cidrs(&sb)
-    );
+    assert_all_served(&sb, "workers from their pool, the others from the flags").await;
     for (name, cidrs) in all_pod_cidrs(&sb) {
         let (prefix, size) = if name.contains("-worker-") {
             ("10.40.0.", "/26")
@@ -212,24 +172,16 @@ async fn a_selector_pool_serves_the_labelled_nodes_beside_the_default_pool() {
         "ci-ln-d53y532-f76d1-2btqq-worker-e-late",
     ))
     .unwrap();
-    assert!(
-        sb.wait_until(WAIT, |sb| unserved(sb).is_empty()).await,
-        "{:?}",
-        all_pod_cidrs(&sb)
-    );
+    assert_all_served(&sb, "the late worker").await;
     let late = pod_cidrs(&sb, "ci-ln-d53y532-f76d1-2btqq-worker-e-late");
     assert!(
         late.len() == 1 && late[0].starts_with("10.40.0.") && late[0].ends_with("/26"),
         "{late:?}"
     );
-    assert!(
-        wait_cluster_cidr(&sb, "workers", |o| o.is_some_and(
-            |o| o["status"]["ipv4"] == json!({"capacity": 4, "used": 4, "free": 0})
-        ))
-        .await,
-        "{:?}",
-        cluster_cidr(&sb, "workers").await
-    );
+    assert_cluster_cidr(&sb, "workers", "all four blocks used", |o| {
+        o.is_some_and(|o| o["status"]["ipv4"] == usage(4, 4))
+    })
+    .await;
     let _ = running.stop().await;
     assert_no_cidr_handed_out_twice(&sb);
 }
@@ -239,8 +191,7 @@ async fn a_selector_pool_serves_the_labelled_nodes_beside_the_default_pool() {
 /// no IPv4 block from it (its IPv6 range is full) but both families from the flag pool.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dual_stack_is_all_or_nothing_within_a_cluster_cidr() {
-    init_tracing();
-    let sb = Sandbox::start(fixture("05-aws-4nodes-no-podcidr.json")).await;
+    let sb = four_aws_nodes().await;
     create_cluster_cidr(
         &sb,
         "both",
@@ -259,11 +210,7 @@ async fn dual_stack_is_all_or_nothing_within_a_cluster_cidr() {
         with_cluster_cidrs("10.10.0.0/23,fd00:10::/62", Some(64)),
     );
     running.wait_allocating(&sb).await;
-    assert!(
-        sb.wait_until(WAIT, |sb| unserved(sb).is_empty()).await,
-        "{:?}",
-        all_pod_cidrs(&sb)
-    );
+    assert_all_served(&sb, "two Nodes from the pool, two from the flags").await;
     let all = all_pod_cidrs(&sb);
     let from_pool: Vec<&(String, Vec<String>)> = all
         .iter()
@@ -287,14 +234,10 @@ async fn dual_stack_is_all_or_nothing_within_a_cluster_cidr() {
         );
     }
     // The pool's IPv4 range lent nothing to the Nodes its IPv6 range could not serve.
-    assert!(
-        wait_cluster_cidr(&sb, "both", |o| o.is_some_and(|o| o["status"]["ipv4"]
-            == json!({"capacity": 4, "used": 2, "free": 2})
-            && o["status"]["ipv6"] == json!({"capacity": 2, "used": 2, "free": 0})))
-        .await,
-        "{:?}",
-        cluster_cidr(&sb, "both").await
-    );
+    assert_cluster_cidr(&sb, "both", "IPv4 half used, IPv6 full", |o| {
+        o.is_some_and(|o| o["status"]["ipv4"] == usage(4, 2) && o["status"]["ipv6"] == usage(2, 2))
+    })
+    .await;
     let _ = running.stop().await;
     assert_no_cidr_handed_out_twice(&sb);
 }
@@ -304,8 +247,7 @@ async fn dual_stack_is_all_or_nothing_within_a_cluster_cidr() {
 /// no Node is listed or written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_crd_the_controller_stops_naming_the_command_that_installs_it() {
-    init_tracing();
-    let sb = Sandbox::start(fixture("05-aws-4nodes-no-podcidr.json")).await;
+    let sb = four_aws_nodes().await;
     sb.fail_next(
         Verb::List,
         Resource::ClusterCidrs,
@@ -341,8 +283,7 @@ async fn without_the_crd_the_controller_stops_naming_the_command_that_installs_i
 /// CIDR as before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_cidr_the_allocator_cannot_host_is_invalid_with_one_event() {
-    init_tracing();
-    let sb = Sandbox::start(fixture("05-aws-4nodes-no-podcidr.json")).await;
+    let sb = four_aws_nodes().await;
     let running = spawn(&sb, with_cluster_cidrs("fd00:10::/48", Some(64)));
     running.wait_allocating(&sb).await;
     create_cluster_cidr(
@@ -351,23 +292,16 @@ async fn a_cluster_cidr_the_allocator_cannot_host_is_invalid_with_one_event() {
         json!({"ipv6": "fd00:10::/112", "perNodeHostBits": 4}),
     )
     .await;
-    assert!(
-        wait_cluster_cidr(&sb, "too-fine", |o| o.is_some_and(|o| condition(
-            o, "Invalid"
-        ) == (
-            "True".to_owned(),
-            "InvalidSpec".to_owned()
-        )))
-        .await,
-        "{:?}",
-        cluster_cidr(&sb, "too-fine").await
-    );
+    assert_cluster_cidr(&sb, "too-fine", "Invalid: InvalidSpec", |o| {
+        o.is_some_and(|o| condition(o, "Invalid") == ("True".to_owned(), "InvalidSpec".to_owned()))
+    })
+    .await;
     assert!(
         sb.wait_until(WAIT, |sb| !events_with_reason(sb, "ClusterCIDRInvalid")
             .is_empty())
             .await
     );
-    assert!(sb.wait_until(WAIT, |sb| unserved(sb).is_empty()).await);
+    assert_all_served(&sb, "the Nodes from the flag CIDR").await;
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     let events = events_with_reason(&sb, "ClusterCIDRInvalid");
     assert_eq!(events.len(), 1, "one event per generation: {events:?}");
@@ -398,8 +332,7 @@ async fn a_cluster_cidr_the_allocator_cannot_host_is_invalid_with_one_event() {
 /// from the standby, which reads them (it lists only once it leads).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_leader_writes_cluster_cidrs() {
-    init_tracing();
-    let sb = Sandbox::start(fixture("05-aws-4nodes-no-podcidr.json")).await;
+    let sb = four_aws_nodes().await;
     create_cluster_cidr(
         &sb,
         "grow",
@@ -413,14 +346,11 @@ async fn only_the_leader_writes_cluster_cidrs() {
     let mut second = with_cluster_cidrs("10.10.0.0/23", None);
     second.leader_election = Some(common::election("replica-b"));
     let b = common::spawn_as(&sb, second, "replica-b");
-    assert!(sb.wait_until(WAIT, |sb| unserved(sb).is_empty()).await);
-    assert!(
-        wait_cluster_cidr(&sb, "grow", |o| has_finalizer(o)
-            && o.is_some_and(|o| o["status"]["ipv4"]["used"] == 2))
-        .await,
-        "{:?}",
-        cluster_cidr(&sb, "grow").await
-    );
+    assert_all_served(&sb, "the leader serves every Node").await;
+    assert_cluster_cidr(&sb, "grow", "finalized, two blocks used", |o| {
+        has_finalizer(o) && o.is_some_and(|o| o["status"]["ipv4"]["used"] == 2)
+    })
+    .await;
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     let writers: std::collections::BTreeSet<String> = sb
         .requests_of(Verb::Patch, Resource::ClusterCidrs)

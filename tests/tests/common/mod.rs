@@ -457,3 +457,82 @@ pub async fn wait_cluster_cidr(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The controller with ClusterCIDRs on (what `--cidr-allocator-type=MultiCIDRRangeAllocator`
+/// sets): [`fast_config`] for `--cluster-cidr=cluster_cidr`, IPv6 mask `v6_mask`.
+pub fn with_cluster_cidrs(cluster_cidr: &str, v6_mask: Option<u8>) -> ControllerConfig {
+    let mut config = fast_config(ipam(cluster_cidr, "", masks(None, None, v6_mask)));
+    config.cluster_cidrs = true;
+    config
+}
+
+/// Whether the ClusterCIDR `object` (`None` once gone) carries our finalizer.
+pub fn has_finalizer(object: Option<&Value>) -> bool {
+    object.is_some_and(|o| {
+        o["metadata"]["finalizers"].as_array().is_some_and(|f| {
+            f.iter()
+                .any(|f| f == nodeipam::controller::cluster_cidrs::FINALIZER)
+        })
+    })
+}
+
+/// Whether the ClusterCIDR `object` exists and its condition `type_` has status `status`
+/// (`"True"`, `"False"`).
+pub fn condition_is(object: Option<&Value>, type_: &str, status: &str) -> bool {
+    object.is_some_and(|o| condition(o, type_).0 == status)
+}
+
+/// Whether the ClusterCIDR `object` exists and its condition `Ready` has reason `reason`
+/// (`"Deleting"`, `"Exhausted"` …).
+pub fn ready_reason_is(object: Option<&Value>, reason: &str) -> bool {
+    object.is_some_and(|o| condition(o, "Ready").1 == reason)
+}
+
+/// One family's usage as a ClusterCIDR's status shows it, in blocks: `free` is the rest.
+pub fn usage(capacity: u64, used: u64) -> Value {
+    serde_json::json!({"capacity": capacity, "used": used, "free": capacity - used})
+}
+
+/// Waits (at most [`WAIT`]) until `check` holds on ClusterCIDR `name`; fails the test with
+/// `what` and the object as stored otherwise.
+pub async fn assert_cluster_cidr(
+    sb: &SandboxHandle,
+    name: &str,
+    what: &str,
+    check: impl Fn(Option<&Value>) -> bool,
+) {
+    if !wait_cluster_cidr(sb, name, check).await {
+        panic!(
+            "ClusterCIDR {name}: {what}: {:?}",
+            cluster_cidr(sb, name).await
+        );
+    }
+}
+
+/// Waits (at most [`WAIT`]) until every Node has podCIDRs; fails the test with `what` and every
+/// Node's podCIDRs otherwise.
+pub async fn assert_all_served(sb: &SandboxHandle, what: &str) {
+    assert!(
+        sb.wait_until(WAIT, |sb| unserved(sb).is_empty()).await,
+        "{what}: {:?}",
+        all_pod_cidrs(sb)
+    );
+}
+
+/// The Nodes whose first podCIDR starts with `prefix`.
+pub fn served_from(sb: &SandboxHandle, prefix: &str) -> Vec<String> {
+    all_pod_cidrs(sb)
+        .into_iter()
+        .filter(|(_, cidrs)| cidrs.first().is_some_and(|c| c.starts_with(prefix)))
+        .map(|(name, _)| name)
+        .collect()
+}
+
+/// The sandbox holding fixture 05's four AWS Nodes, none with podCIDRs (tracing on).
+pub async fn four_aws_nodes() -> SandboxHandle {
+    init_tracing();
+    nodeipam_tests::sandbox::Sandbox::start(nodeipam_tests::sandbox::fixture(
+        "05-aws-4nodes-no-podcidr.json",
+    ))
+    .await
+}
