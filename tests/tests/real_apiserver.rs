@@ -138,6 +138,31 @@ where
     }
 }
 
+/// Creates every Node of fixture `file` ([`creatable`]: spec and status kept) through `nodes`.
+async fn create_fixture_nodes(nodes: &Api<Node>, file: &str) {
+    for item in fixture(file)["items"].as_array().unwrap() {
+        let node: Node = serde_json::from_value(creatable(item)).unwrap();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+    }
+}
+
+/// Name → (podCIDRs, resourceVersion) of every Node: a Node written to shows a new
+/// resourceVersion.
+async fn pod_cidrs_and_versions(nodes: &Api<Node>) -> BTreeMap<String, (Vec<String>, String)> {
+    nodes
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|n| {
+            let rv = n.resource_version().unwrap_or_default();
+            let cidrs = n.spec.and_then(|s| s.pod_cidrs).unwrap_or_default();
+            (n.metadata.name.unwrap_or_default(), (cidrs, rv))
+        })
+        .collect()
+}
+
 /// All Nodes as JSON, by name.
 async fn nodes_by_name(nodes: &Api<Node>) -> BTreeMap<String, Value> {
     nodes
@@ -1436,11 +1461,7 @@ async fn deploy_rbac_is_enough_on_the_real_server() {
     let client = Client::try_from(config).unwrap();
 
     let nodes: Api<Node> = Api::all(admin.clone());
-    let doc = fixture("05-aws-4nodes-no-podcidr.json");
-    for item in doc["items"].as_array().unwrap() {
-        let node: Node = serde_json::from_value(creatable(item)).unwrap();
-        nodes.create(&PostParams::default(), &node).await.unwrap();
-    }
+    create_fixture_nodes(&nodes, "05-aws-4nodes-no-podcidr.json").await;
     let _ = secure::metrics_handle();
     let mut config = fast_config(ipam("10.244.0.0/23", "", masks(Some(24), None, None)));
     config.leader_election = Some(election("rbac-test_1"));

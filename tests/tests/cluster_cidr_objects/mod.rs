@@ -12,28 +12,23 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
+use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
-use kube::{Client, ResourceExt};
 use nodeipam::controller::cluster_cidrs::{self, FINALIZER};
-use nodeipam_tests::sandbox::fixture;
 use serde_json::{Value, json};
 
 use super::common::{fast_config, init_tracing, ipam, masks, spawn_with_client};
+use super::{create_fixture_nodes, pod_cidrs_and_versions as nodes_state};
 
-/// Name → (podCIDRs, resourceVersion) of every Node.
-async fn nodes_state(nodes: &Api<Node>) -> BTreeMap<String, (Vec<String>, String)> {
-    nodes
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|n| {
-            let rv = n.resource_version().unwrap_or_default();
-            let cidrs = n.spec.and_then(|s| s.pod_cidrs).unwrap_or_default();
-            (n.metadata.name.unwrap_or_default(), (cidrs, rv))
-        })
-        .collect()
+/// ClusterCIDR `grow` as `kubectl apply` sends it: `10.245.0.0/23` in /24 blocks, no selector.
+fn grow_object() -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "nodeipam.io/v1alpha1",
+        "kind": "ClusterCIDR",
+        "metadata": {"name": "grow"},
+        "spec": {"ipv4": "10.245.0.0/23", "perNodeHostBits": 8},
+    }))
+    .unwrap()
 }
 
 fn unserved(state: &BTreeMap<String, (Vec<String>, String)>) -> Vec<String> {
@@ -71,13 +66,7 @@ async fn cluster_cidr_objects_on_the_real_server() {
     .unwrap();
 
     let nodes: Api<Node> = Api::all(admin.clone());
-    for item in fixture("05-aws-4nodes-no-podcidr.json")["items"]
-        .as_array()
-        .unwrap()
-    {
-        let node: Node = serde_json::from_value(super::creatable(item)).unwrap();
-        nodes.create(&PostParams::default(), &node).await.unwrap();
-    }
+    create_fixture_nodes(&nodes, "05-aws-4nodes-no-podcidr.json").await;
     let mut config = fast_config(ipam("10.244.0.0/23", "", masks(Some(24), None, None)));
     config.cluster_cidrs = true;
     // The safety re-check of a waiting Node only after 10 minutes: the wake serves them.
@@ -90,14 +79,9 @@ async fn cluster_cidr_objects_on_the_real_server() {
     let waiting = unserved(&nodes_state(&nodes).await);
 
     let api = cluster_cidrs::api(admin.clone());
-    let object: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "nodeipam.io/v1alpha1",
-        "kind": "ClusterCIDR",
-        "metadata": {"name": "grow"},
-        "spec": {"ipv4": "10.245.0.0/23", "perNodeHostBits": 8},
-    }))
-    .unwrap();
-    api.create(&PostParams::default(), &object).await.unwrap();
+    api.create(&PostParams::default(), &grow_object())
+        .await
+        .unwrap();
     assert!(
         super::wait_for(|| async { unserved(&nodes_state(&nodes).await).is_empty() }).await,
         "the waiting Nodes were not served from the ClusterCIDR: {:?}",
@@ -252,13 +236,7 @@ async fn cluster_cidr_rbac_rules_are_each_needed_on_the_real_server() {
     super::crd::install(&admin).await;
     let rendered = super::deploy::rendered("overlays/cluster-cidrs");
     let api = cluster_cidrs::api(admin.clone());
-    let object: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "nodeipam.io/v1alpha1",
-        "kind": "ClusterCIDR",
-        "metadata": {"name": "grow"},
-        "spec": {"ipv4": "10.245.0.0/23", "perNodeHostBits": 8},
-    }))
-    .unwrap();
+    let object = grow_object();
     api.create(&PostParams::default(), &object).await.unwrap();
     let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
         Api::namespaced(admin.clone(), "kube-system");

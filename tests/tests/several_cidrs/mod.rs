@@ -8,27 +8,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Node;
-use kube::ResourceExt;
-use kube::api::{Api, PostParams};
-use nodeipam_tests::sandbox::fixture;
+use kube::api::Api;
 
 use super::common::{fast_config, init_tracing, ipam, masks, spawn_with_client};
-
-/// Name → (podCIDRs, resourceVersion) of every Node.
-async fn state(nodes: &Api<Node>) -> BTreeMap<String, (Vec<String>, String)> {
-    nodes
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|n| {
-            let rv = n.resource_version().unwrap_or_default();
-            let cidrs = n.spec.and_then(|s| s.pod_cidrs).unwrap_or_default();
-            (n.metadata.name.unwrap_or_default(), (cidrs, rv))
-        })
-        .collect()
-}
+use super::{create_fixture_nodes, pod_cidrs_and_versions as state};
 
 fn served(state: &BTreeMap<String, (Vec<String>, String)>) -> usize {
     state
@@ -43,11 +26,7 @@ async fn appending_a_cluster_cidr_serves_the_waiting_nodes_on_the_real_server() 
     let cluster = super::start().await;
     let admin = cluster.admin_client().await.unwrap();
     let nodes: Api<Node> = Api::all(admin.clone());
-    let doc = fixture("05-aws-4nodes-no-podcidr.json");
-    for item in doc["items"].as_array().unwrap() {
-        let node: Node = serde_json::from_value(super::creatable(item)).unwrap();
-        nodes.create(&PostParams::default(), &node).await.unwrap();
-    }
+    create_fixture_nodes(&nodes, "05-aws-4nodes-no-podcidr.json").await;
 
     let before = ipam("10.10.0.0/23,fd00:10::/62", "", masks(None, None, Some(64)));
     let first = spawn_with_client(
