@@ -102,9 +102,18 @@ async fn start() -> RealCluster {
 /// The controller's client, as `nodeipam-controller --kubeconfig` builds it (no retries, our
 /// User-Agent), with the tests' admin token.
 async fn controller_client(cluster: &RealCluster) -> Client {
-    let path = cluster
-        .kubeconfig("controller", nodeipam_tests::real_apiserver::ADMIN_TOKEN)
-        .unwrap();
+    client_as(
+        cluster,
+        "controller",
+        nodeipam_tests::real_apiserver::ADMIN_TOKEN,
+    )
+    .await
+}
+
+/// A client built as `nodeipam-controller --kubeconfig` builds it, from a kubeconfig naming
+/// user `user` with bearer token `token` (a ServiceAccount's, for the RBAC tests).
+async fn client_as(cluster: &RealCluster, user: &str, token: &str) -> Client {
+    let path = cluster.kubeconfig(user, token).unwrap();
     let config = nodeipam::client::config_from_kubeconfig(&path)
         .await
         .unwrap();
@@ -146,14 +155,16 @@ async fn create_fixture_nodes(nodes: &Api<Node>, file: &str) {
     }
 }
 
+/// Every Node (one LIST; fails the test if it is refused).
+async fn all_nodes(nodes: &Api<Node>) -> Vec<Node> {
+    nodes.list(&ListParams::default()).await.unwrap().items
+}
+
 /// Name → (podCIDRs, resourceVersion) of every Node: a Node written to shows a new
 /// resourceVersion.
 async fn pod_cidrs_and_versions(nodes: &Api<Node>) -> BTreeMap<String, (Vec<String>, String)> {
-    nodes
-        .list(&ListParams::default())
+    all_nodes(nodes)
         .await
-        .unwrap()
-        .items
         .into_iter()
         .map(|n| {
             let rv = n.resource_version().unwrap_or_default();
@@ -165,11 +176,8 @@ async fn pod_cidrs_and_versions(nodes: &Api<Node>) -> BTreeMap<String, (Vec<Stri
 
 /// All Nodes as JSON, by name.
 async fn nodes_by_name(nodes: &Api<Node>) -> BTreeMap<String, Value> {
-    nodes
-        .list(&ListParams::default())
+    all_nodes(nodes)
         .await
-        .unwrap()
-        .items
         .into_iter()
         .map(|n| (n.name_any(), serde_json::to_value(n).unwrap()))
         .collect()
@@ -1454,11 +1462,7 @@ async fn deploy_rbac_is_enough_on_the_real_server() {
 
     // The ServiceAccount's token from the real TokenRequest API.
     let token = request_token(&admin, "kube-system", "nodeipam-controller").await;
-    let path = cluster.kubeconfig("nodeipam-sa", &token).unwrap();
-    let config = nodeipam::client::config_from_kubeconfig(&path)
-        .await
-        .unwrap();
-    let client = Client::try_from(config).unwrap();
+    let client = client_as(&cluster, "nodeipam-sa", &token).await;
 
     let nodes: Api<Node> = Api::all(admin.clone());
     create_fixture_nodes(&nodes, "05-aws-4nodes-no-podcidr.json").await;
@@ -1817,11 +1821,7 @@ async fn rbac_rules_are_each_needed_on_the_real_server() {
             .unwrap();
         apply_rbac(&admin, &variant.docs).await;
         let token = request_token(&admin, "kube-system", &variant.account).await;
-        let path = cluster.kubeconfig(&variant.account, &token).unwrap();
-        let config = nodeipam::client::config_from_kubeconfig(&path)
-            .await
-            .unwrap();
-        let client = Client::try_from(config).unwrap();
+        let client = client_as(&cluster, &variant.account, &token).await;
         let names: Vec<String> = (0..3).map(|n| format!("v{i}-node-{n}")).collect();
 
         let mut config = fast_config(ipam("10.244.0.0/16", "", masks(None, None, None)));

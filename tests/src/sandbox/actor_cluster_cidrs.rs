@@ -3,9 +3,7 @@
 
 use serde_json::Value;
 
-use super::store::Key;
-use super::write::Deleted;
-use super::{ApiError, Ownership, Resource, SandboxHandle, TEST_ACTOR};
+use super::{ApiError, Resource, SandboxHandle};
 
 impl SandboxHandle {
     /// Create a ClusterCIDR (ADDED event).
@@ -13,15 +11,7 @@ impl SandboxHandle {
     /// # Errors
     /// As the API: 409 AlreadyExists, 422 Invalid.
     pub fn create_cluster_cidr(&self, object: Value) -> Result<Value, ApiError> {
-        self.write(|s| {
-            s.create(
-                Resource::ClusterCidrs,
-                "",
-                object,
-                Ownership::Update(TEST_ACTOR.to_owned()),
-            )
-            .map(|o| o.to_value())
-        })
+        self.create_as_actor(Resource::ClusterCidrs, object)
     }
 
     /// Delete a ClusterCIDR (marked with a `deletionTimestamp` while it has finalizers).
@@ -29,13 +19,7 @@ impl SandboxHandle {
     /// # Errors
     /// 404 NotFound.
     pub fn delete_cluster_cidr(&self, name: &str) -> Result<Value, ApiError> {
-        self.write(|s| {
-            s.delete(&Key::new(Resource::ClusterCidrs, "", name), &Value::Null)
-                .map(|d| match d {
-                    Deleted::Marked(o) => o.to_value(),
-                    Deleted::Removed(status) => status,
-                })
-        })
+        self.delete_as_actor(Resource::ClusterCidrs, name)
     }
 
     /// From now on, ClusterCIDR updates are checked only as any object's metadata is: as a

@@ -431,20 +431,44 @@ impl SandboxHandle {
         r
     }
 
+    /// Create `object` of the cluster-scoped `resource` as an external actor would (field
+    /// manager [`TEST_ACTOR`], ADDED event): the stored object.
+    ///
+    /// # Errors
+    /// As the API: 409 AlreadyExists, 422 Invalid, 400.
+    fn create_as_actor(&self, resource: Resource, object: Value) -> Result<Value, ApiError> {
+        self.write(|s| {
+            s.create(
+                resource,
+                "",
+                object,
+                Ownership::Update(TEST_ACTOR.to_owned()),
+            )
+            .map(|o| o.to_value())
+        })
+    }
+
+    /// Delete `name` of the cluster-scoped `resource` as an external actor would: the object
+    /// marked with a `deletionTimestamp` while it has finalizers, else the Status of its removal.
+    ///
+    /// # Errors
+    /// 404 NotFound.
+    fn delete_as_actor(&self, resource: Resource, name: &str) -> Result<Value, ApiError> {
+        self.write(|s| {
+            s.delete(&Key::new(resource, "", name), &Value::Null)
+                .map(|d| match d {
+                    write::Deleted::Marked(o) => o.to_value(),
+                    write::Deleted::Removed(status) => status,
+                })
+        })
+    }
+
     /// Create a Node as an external actor would (ADDED event).
     ///
     /// # Errors
     /// As the API: 409 AlreadyExists, 422 Invalid, 400.
     pub fn create_node(&self, node: Value) -> Result<Value, ApiError> {
-        self.write(|s| {
-            s.create(
-                Resource::Nodes,
-                "",
-                node,
-                Ownership::Update(TEST_ACTOR.to_owned()),
-            )
-            .map(|o| o.to_value())
-        })
+        self.create_as_actor(Resource::Nodes, node)
     }
 
     /// Delete a Node as an external actor would (marks it if it has finalizers).
@@ -452,13 +476,7 @@ impl SandboxHandle {
     /// # Errors
     /// 404 NotFound.
     pub fn delete_node(&self, name: &str) -> Result<Value, ApiError> {
-        self.write(|s| {
-            s.delete(&Key::new(Resource::Nodes, "", name), &Value::Null)
-                .map(|d| match d {
-                    write::Deleted::Marked(o) => o.to_value(),
-                    write::Deleted::Removed(status) => status,
-                })
-        })
+        self.delete_as_actor(Resource::Nodes, name)
     }
 
     /// Patch a Node (main resource: `status` changes are ignored, as the API does).

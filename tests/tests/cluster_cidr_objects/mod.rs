@@ -12,13 +12,23 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
-use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use nodeipam::controller::ControllerConfig;
 use nodeipam::controller::cluster_cidrs::{self, FINALIZER};
 use serde_json::{Value, json};
 
 use super::common::{fast_config, init_tracing, ipam, masks, spawn_with_client};
 use super::{create_fixture_nodes, pod_cidrs_and_versions as nodes_state};
+
+/// The controller with ClusterCIDRs on (`--cidr-allocator-type=MultiCIDRRangeAllocator`) and a
+/// flag CIDR (`10.244.0.0/23`, /24 blocks) full after two Nodes; a waiting Node retried after at
+/// most `retry_max_delay`.
+fn config(retry_max_delay: Duration) -> ControllerConfig {
+    let mut config = fast_config(ipam("10.244.0.0/23", "", masks(Some(24), None, None)));
+    config.cluster_cidrs = true;
+    config.retry_max_delay = retry_max_delay;
+    config
+}
 
 /// ClusterCIDR `grow` as `kubectl apply` sends it: `10.245.0.0/23` in /24 blocks, no selector.
 fn grow_object() -> DynamicObject {
@@ -57,20 +67,12 @@ async fn cluster_cidr_objects_on_the_real_server() {
         super::apply_rbac(&admin, &super::deploy::rendered("overlays/cluster-cidrs")).await;
     assert!(applied.contains(&"ClusterRole".to_owned()));
     let token = super::request_token(&admin, "kube-system", "nodeipam-controller").await;
-    let path = cluster.kubeconfig("nodeipam-sa", &token).unwrap();
-    let client = Client::try_from(
-        nodeipam::client::config_from_kubeconfig(&path)
-            .await
-            .unwrap(),
-    )
-    .unwrap();
+    let client = super::client_as(&cluster, "nodeipam-sa", &token).await;
 
     let nodes: Api<Node> = Api::all(admin.clone());
     create_fixture_nodes(&nodes, "05-aws-4nodes-no-podcidr.json").await;
-    let mut config = fast_config(ipam("10.244.0.0/23", "", masks(Some(24), None, None)));
-    config.cluster_cidrs = true;
     // The safety re-check of a waiting Node only after 10 minutes: the wake serves them.
-    config.retry_max_delay = std::time::Duration::from_secs(60);
+    let config = config(Duration::from_secs(60));
     let running = spawn_with_client(client.clone(), config.clone());
     assert!(
         super::wait_for(|| async { unserved(&nodes_state(&nodes).await).len() == 2 }).await,
@@ -264,17 +266,8 @@ async fn cluster_cidr_rbac_rules_are_each_needed_on_the_real_server() {
         )
         .await;
         let token = super::request_token(&admin, "kube-system", &account).await;
-        let path = cluster.kubeconfig(&account, &token).unwrap();
-        let client = Client::try_from(
-            nodeipam::client::config_from_kubeconfig(&path)
-                .await
-                .unwrap(),
-        )
-        .unwrap();
-        let mut config = fast_config(ipam("10.244.0.0/23", "", masks(Some(24), None, None)));
-        config.cluster_cidrs = true;
-        config.retry_max_delay = Duration::from_millis(500);
-        let running = spawn_with_client(client, config);
+        let client = super::client_as(&cluster, &account, &token).await;
+        let running = spawn_with_client(client, config(Duration::from_millis(500)));
         let user = format!("system:serviceaccount:kube-system:{account}");
         let wanted = (verb.to_owned(), resource.to_owned());
         let denied = super::wait_for(|| {
