@@ -10,7 +10,7 @@ use std::time::Duration;
 use axum::http::HeaderValue;
 use axum::http::header::USER_AGENT;
 use ipnet::IpNet;
-use nodeipam::controller::{ControllerConfig, Health, RunSummary};
+use nodeipam::controller::{ControllerConfig, Health, LeaderError, RunSummary};
 use nodeipam_core::IpamConfig;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -23,6 +23,7 @@ use super::checks::{AllocationMonitor, check_patches, pool_usage};
 use super::phases::{PhaseTimes, SettleWait};
 use super::plan::{Action, CHURN_LABEL, FINALIZER, NodeSpec, Plan, block, block_count, templates};
 use super::pools::{finalizer_problems, spec_of_rows};
+use super::watchdog::{Lateness, Watchdog};
 use crate::invariants::{ClusterSpec, ControllerView, check, name_of, pod_cidrs_of};
 use crate::monitor::OverlapMonitor;
 use crate::sandbox::{FaultRule, PatchType, Replicas, Sandbox, SandboxHandle, SandboxOptions};
@@ -38,6 +39,9 @@ const SETTLE_CONFIRM: Duration = Duration::from_millis(200);
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 /// A replica that exited after losing the Lease is replaced this much later (a pod restart).
 const RESPAWN_DELAY: Duration = Duration::from_millis(200);
+/// The longest renew deadline of the plans (`LeaseTiming`): a lost Lease is reported with how
+/// late the runtime's timers were within this long before.
+const LEASE_LOSS_WINDOW: Duration = Duration::from_secs(2);
 
 /// What a seed that passed did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -72,6 +76,8 @@ pub struct SeedReport {
     pub settle_ms: u128,
     /// Where the wall time went, phase by phase (start-up included, unlike `elapsed_ms`).
     pub phases: PhaseTimes,
+    /// How late the seed's runtime ran a 50 ms timer ([`Watchdog`]), over the whole seed.
+    pub timers: Lateness,
     /// What the driver did and saw (as in a [`SeedFailure`]).
     pub log: Vec<String>,
 }
@@ -82,7 +88,7 @@ impl fmt::Display for SeedReport {
             f,
             "seed {} ok: {} Nodes created, {} at the end ({} served, {} unservable), {} commits \
              checked ({} assignments), {} PATCHes, {} late writes, {} fault rules, {} starts, \
-             {} kills, {} ms ({} ms to settle); phases: {}",
+             {} kills, {} ms ({} ms to settle); phases: {}; timers: {}",
             self.seed,
             self.nodes_created,
             self.nodes_at_end,
@@ -97,7 +103,8 @@ impl fmt::Display for SeedReport {
             self.kills,
             self.elapsed_ms,
             self.settle_ms,
-            self.phases
+            self.phases,
+            self.timers
         )
     }
 }
@@ -176,6 +183,8 @@ struct Driver<'p> {
     replicas: Vec<Replica>,
     next_id: u32,
     started: Instant,
+    /// How late this seed's runtime runs timers (what its replicas' Lease timers see).
+    watchdog: Watchdog,
     log: Vec<String>,
     violations: Vec<String>,
     respawn_at: Option<Instant>,
@@ -280,6 +289,29 @@ fn replica_client(url: &str, identity: &str) -> kube::Client {
     }
 }
 
+/// `e` with its causes (a lost Lease's last failed renewal request), or, for a renew deadline
+/// that passed without any request failing, a note saying so (the leader's tries were not
+/// answered in time, or not even made: a late timer).
+fn with_causes(e: &nodeipam::Error) -> String {
+    use std::error::Error as _;
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    if matches!(
+        e,
+        nodeipam::Error::LeaderElection(LeaderError::RenewDeadlineExceeded {
+            last_error: None,
+            ..
+        })
+    ) {
+        text.push_str(" (no renewal request failed: none was answered in time, or made)");
+    }
+    text
+}
+
 fn is_leadership_error(e: &nodeipam::Error) -> bool {
     matches!(
         e,
@@ -293,6 +325,7 @@ fn is_leadership_error(e: &nodeipam::Error) -> bool {
 /// [`SeedFailure`] with every violation found.
 pub async fn run_plan(plan: &Plan) -> Result<SeedReport, SeedFailure> {
     let entered = Instant::now();
+    let watchdog = Watchdog::start();
     let network = plan.network();
     let ipam = network.ipam();
     let spec = cluster_spec(&ipam);
@@ -335,6 +368,7 @@ pub async fn run_plan(plan: &Plan) -> Result<SeedReport, SeedFailure> {
         replicas: Vec::new(),
         next_id: 1,
         started: Instant::now(),
+        watchdog,
         log: Vec::new(),
         violations: Vec::new(),
         respawn_at: None,
@@ -381,6 +415,9 @@ pub async fn run_plan(plan: &Plan) -> Result<SeedReport, SeedFailure> {
     driver.sb.shutdown().await;
     driver.report.phases.shutdown = at.elapsed();
     driver.report.elapsed_ms = driver.started.elapsed().as_millis();
+    driver.report.timers = driver.watchdog.lateness();
+    let timers = format!("timers: {}", driver.report.timers);
+    driver.note(timers);
     if driver.violations.is_empty() {
         driver.report.log = driver.log;
         Ok(driver.report)
@@ -400,6 +437,21 @@ impl Driver<'_> {
     fn action_waits(&self) -> Duration {
         let p = &self.report.phases;
         p.late_write_waits + p.stops + p.idle_waits
+    }
+
+    /// For a log line about a lost Lease: how late this runtime's timers were in the last
+    /// [`LEASE_LOSS_WINDOW`], if at all.
+    fn timers_late(&self) -> String {
+        let late = self.watchdog.worst_within(LEASE_LOSS_WINDOW);
+        if late.is_zero() {
+            String::new()
+        } else {
+            format!(
+                " (this runtime's timers ran up to {} ms late in the last {} s)",
+                late.as_millis(),
+                LEASE_LOSS_WINDOW.as_secs()
+            )
+        }
     }
 
     fn note(&mut self, text: impl Into<String>) {
@@ -471,7 +523,9 @@ impl Driver<'_> {
             let id = replica.id;
             match joined {
                 Ok(Err(e)) if self.plan.replicas > 1 && is_leadership_error(&e) => {
-                    self.note(format!("chaos-replica-{id} exited: {e}"));
+                    let late = self.timers_late();
+                    let e = with_causes(&e);
+                    self.note(format!("chaos-replica-{id} exited: {e}{late}"));
                 }
                 Ok(Err(e)) => self.violation(format!("chaos-replica-{id} failed: {e}")),
                 Ok(Ok(_)) => {
@@ -547,7 +601,9 @@ impl Driver<'_> {
                 Some(summary)
             }
             Ok(Ok(Err(e))) if self.plan.replicas > 1 && is_leadership_error(&e) => {
-                self.note(format!("stopped chaos-replica-{id}: {e}"));
+                let late = self.timers_late();
+                let e = with_causes(&e);
+                self.note(format!("stopped chaos-replica-{id}: {e}{late}"));
                 None
             }
             Ok(Ok(Err(e))) => {

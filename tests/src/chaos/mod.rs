@@ -110,6 +110,7 @@ mod driver;
 mod phases;
 mod plan;
 mod pools;
+mod watchdog;
 
 pub use checks::{AllocationMonitor, Assignment, allocation_problem, check_patches, pool_usage};
 pub use driver::{
@@ -122,3 +123,4 @@ pub use plan::{
     Step, TEMPLATE_FIXTURES, Template, block, block_count, family_bits, templates,
 };
 pub use pools::{FALLBACK_POOL, POOL_FINALIZER, PoolPlan, PoolSpec, PoolWatch};
+pub use watchdog::{Lateness, NOTABLE, TICK, Watchdog};
