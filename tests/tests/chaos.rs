@@ -243,10 +243,11 @@ fn many_seeds() {
     // Where the passing seeds' wall time went (summed; the mean is printed with the progress).
     let mut phases = PhaseTimes::default();
     let mut passed = 0u32;
-    // How late the seeds' runtimes ran their timers (passing seeds), and how many seeds saw a
-    // wake-up at least 1 s late (a leader renewing every 200 ms with a 1.5 s deadline may lose
-    // its Lease then).
+    // How late the replicas' runtimes ran their timers (passing seeds), and how many seeds saw
+    // a wake-up at least 1 s late there (a leader renewing every 200 ms with a 1.5 s deadline
+    // may lose its Lease then); the same for the drivers' shared runtime.
     let mut timers = Lateness::default();
+    let mut driver_timers = Lateness::default();
     let mut seeds_late_1s = 0u32;
     let variant = cluster_cidrs_variant();
     let failures = run_seeds(
@@ -259,6 +260,7 @@ fn many_seeds() {
                 Ok(report) => {
                     phases.add(&report.phases);
                     timers.merge(&report.timers);
+                    driver_timers.merge(&report.driver_timers);
                     seeds_late_1s += u32::from(report.timers.over_1s > 0);
                     passed += 1;
                 }
@@ -278,8 +280,9 @@ fn many_seeds() {
                     phases.mean(passed)
                 );
                 println!(
-                    "chaos timers: passing seeds' runtimes: {timers}; {seeds_late_1s} seed(s) with a \
-                     wake-up ≥ 1 s late; a reference thread of its own: {reference}"
+                    "chaos timers: passing seeds' replica runtimes: {timers}; {seeds_late_1s} seed(s) \
+                     with a wake-up ≥ 1 s late there; the drivers' shared runtime: \
+                     {driver_timers}; a reference thread of its own: {reference}"
                 );
             }
         },

@@ -23,6 +23,7 @@ use super::checks::{AllocationMonitor, check_patches, pool_usage};
 use super::phases::{PhaseTimes, SettleWait};
 use super::plan::{Action, CHURN_LABEL, FINALIZER, NodeSpec, Plan, block, block_count, templates};
 use super::pools::{finalizer_problems, spec_of_rows};
+use super::process::ProcessRuntime;
 use super::watchdog::{Lateness, Watchdog};
 use crate::invariants::{ClusterSpec, ControllerView, check, name_of, pod_cidrs_of};
 use crate::monitor::OverlapMonitor;
@@ -76,8 +77,12 @@ pub struct SeedReport {
     pub settle_ms: u128,
     /// Where the wall time went, phase by phase (start-up included, unlike `elapsed_ms`).
     pub phases: PhaseTimes,
-    /// How late the seed's runtime ran a 50 ms timer ([`Watchdog`]), over the whole seed.
+    /// How late the replicas' runtimes ran a 50 ms timer ([`Watchdog`]), over every replica
+    /// of the seed.
     pub timers: Lateness,
+    /// The same for the runtime of the driver (the schedule, the end phase's checks), which the
+    /// seeds of one test share.
+    pub driver_timers: Lateness,
     /// What the driver did and saw (as in a [`SeedFailure`]).
     pub log: Vec<String>,
 }
@@ -88,7 +93,8 @@ impl fmt::Display for SeedReport {
             f,
             "seed {} ok: {} Nodes created, {} at the end ({} served, {} unservable), {} commits \
              checked ({} assignments), {} PATCHes, {} late writes, {} fault rules, {} starts, \
-             {} kills, {} ms ({} ms to settle); phases: {}; timers: {}",
+             {} kills, {} ms ({} ms to settle); phases: {}; timers: replicas' runtimes {}, \
+             the driver's {}",
             self.seed,
             self.nodes_created,
             self.nodes_at_end,
@@ -104,7 +110,8 @@ impl fmt::Display for SeedReport {
             self.elapsed_ms,
             self.settle_ms,
             self.phases,
-            self.timers
+            self.timers,
+            self.driver_timers
         )
     }
 }
@@ -167,12 +174,17 @@ pub async fn run_seed_variant(seed: u64, cluster_cidrs: bool) -> Result<SeedRepo
     run_plan(&Plan::of_seed(seed, cluster_cidrs)).await
 }
 
-/// A controller process (`run()` on its own task).
+/// A controller process: `run()` on a runtime of its own ([`ProcessRuntime`]; dropping the
+/// replica ends every task left on it, as a process's exit would).
 struct Replica {
     id: u32,
     health: Health,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<RunSummary, nodeipam::Error>>,
+    /// How late the replica's runtime runs timers (what its Lease timers see).
+    watchdog: Watchdog,
+    /// Held only to be dropped with the replica.
+    _runtime: ProcessRuntime,
 }
 
 struct Driver<'p> {
@@ -183,7 +195,7 @@ struct Driver<'p> {
     replicas: Vec<Replica>,
     next_id: u32,
     started: Instant,
-    /// How late this seed's runtime runs timers (what its replicas' Lease timers see).
+    /// How late the driver's runtime runs timers.
     watchdog: Watchdog,
     log: Vec<String>,
     violations: Vec<String>,
@@ -312,6 +324,21 @@ fn with_causes(e: &nodeipam::Error) -> String {
     text
 }
 
+/// For a log line about a lost Lease: how late the replica's runtime ran timers in the last
+/// [`LEASE_LOSS_WINDOW`], if at all.
+fn timers_late(watchdog: &Watchdog) -> String {
+    let late = watchdog.worst_within(LEASE_LOSS_WINDOW);
+    if late.is_zero() {
+        String::new()
+    } else {
+        format!(
+            " (its runtime's timers ran up to {} ms late in the last {} s)",
+            late.as_millis(),
+            LEASE_LOSS_WINDOW.as_secs()
+        )
+    }
+}
+
 fn is_leadership_error(e: &nodeipam::Error) -> bool {
     matches!(
         e,
@@ -337,22 +364,26 @@ pub async fn run_plan(plan: &Plan) -> Result<SeedReport, SeedFailure> {
         bookmark_interval: Duration::from_secs(1),
         ..SandboxOptions::default()
     };
-    let sb = match Sandbox::try_start(
-        json!({"kind": "NodeList", "apiVersion": "v1", "items": items}),
-        options,
-    )
-    .await
+    let not_started = |why: String| SeedFailure {
+        seed: plan.seed,
+        violations: vec![format!("the sandbox did not start: {why}")],
+        plan: plan.to_string(),
+        log: Vec::new(),
+        cluster_cidrs: plan.cluster_cidrs.is_some(),
+    };
+    // The API server is a process of its own too: its handlers (and the monitors they call
+    // under the store lock) run on its own runtime. Dropped after the driver (declared first).
+    let sandbox_runtime =
+        ProcessRuntime::new("chaos-sandbox").map_err(|e| not_started(e.to_string()))?;
+    let nodes = json!({"kind": "NodeList", "apiVersion": "v1", "items": items});
+    let sb = match sandbox_runtime
+        .handle()
+        .spawn(Sandbox::try_start(nodes, options))
+        .await
     {
-        Ok(sb) => sb,
-        Err(e) => {
-            return Err(SeedFailure {
-                seed: plan.seed,
-                violations: vec![format!("the sandbox did not start: {e}")],
-                plan: plan.to_string(),
-                log: Vec::new(),
-                cluster_cidrs: plan.cluster_cidrs.is_some(),
-            });
-        }
+        Ok(Ok(sb)) => sb,
+        Ok(Err(e)) => return Err(not_started(e.to_string())),
+        Err(e) => return Err(not_started(e.to_string())),
     };
     let overlap = OverlapMonitor::attach(&sb);
     let allocation = if plan.cluster_cidrs.is_some() {
@@ -415,8 +446,11 @@ pub async fn run_plan(plan: &Plan) -> Result<SeedReport, SeedFailure> {
     driver.sb.shutdown().await;
     driver.report.phases.shutdown = at.elapsed();
     driver.report.elapsed_ms = driver.started.elapsed().as_millis();
-    driver.report.timers = driver.watchdog.lateness();
-    let timers = format!("timers: {}", driver.report.timers);
+    driver.report.driver_timers = driver.watchdog.lateness();
+    let timers = format!(
+        "timers: replicas' runtimes {}; the driver's {}",
+        driver.report.timers, driver.report.driver_timers
+    );
     driver.note(timers);
     if driver.violations.is_empty() {
         driver.report.log = driver.log;
@@ -439,19 +473,9 @@ impl Driver<'_> {
         p.late_write_waits + p.stops + p.idle_waits
     }
 
-    /// For a log line about a lost Lease: how late this runtime's timers were in the last
-    /// [`LEASE_LOSS_WINDOW`], if at all.
-    fn timers_late(&self) -> String {
-        let late = self.watchdog.worst_within(LEASE_LOSS_WINDOW);
-        if late.is_zero() {
-            String::new()
-        } else {
-            format!(
-                " (this runtime's timers ran up to {} ms late in the last {} s)",
-                late.as_millis(),
-                LEASE_LOSS_WINDOW.as_secs()
-            )
-        }
+    /// Adds how late a removed replica's runtime ran timers to the seed's figures.
+    fn count_timers(&mut self, watchdog: &Watchdog) {
+        self.report.timers.merge(&watchdog.lateness());
     }
 
     fn note(&mut self, text: impl Into<String>) {
@@ -466,7 +490,9 @@ impl Driver<'_> {
         self.violations.push(text);
     }
 
-    fn spawn_replica(&mut self) {
+    /// Starts a replica on a runtime of its own; `false` (a violation) if the runtime could not
+    /// be built.
+    fn spawn_replica(&mut self) -> bool {
         let id = self.next_id;
         self.next_id += 1;
         let identity = format!("chaos-replica-{id}");
@@ -486,11 +512,26 @@ impl Driver<'_> {
             config.startup_write_fence = config.request_timeout;
         }
         let health = config.health.clone();
-        let client = replica_client(&self.sb.url(), &identity);
+        let runtime = match ProcessRuntime::new(&identity) {
+            Ok(r) => r,
+            Err(e) => {
+                self.violation(format!("no runtime for {identity}: {e}"));
+                return false;
+            }
+        };
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(nodeipam::controller::run(config, client, async move {
-            let _ = stopped.await;
-        }));
+        let url = self.sb.url();
+        let agent = identity.clone();
+        // The client is built on the replica's runtime (its request buffer's task runs there),
+        // as the process would build it at start-up.
+        let task = runtime.handle().spawn(async move {
+            let client = replica_client(&url, &agent);
+            nodeipam::controller::run(config, client, async move {
+                let _ = stopped.await;
+            })
+            .await
+        });
+        let watchdog = Watchdog::start_on(runtime.handle());
         self.report.starts += 1;
         let seq = self.sb.requests_received();
         self.note(format!("started {identity} (request #{seq} next)"));
@@ -499,12 +540,17 @@ impl Driver<'_> {
             health,
             stop: Some(stop),
             task,
+            watchdog,
+            _runtime: runtime,
         });
+        true
     }
 
     fn start_replicas(&mut self) {
         while self.replicas.len() < self.plan.replicas {
-            self.spawn_replica();
+            if !self.spawn_replica() {
+                break;
+            }
         }
         self.respawn_at = None;
     }
@@ -521,9 +567,10 @@ impl Driver<'_> {
             let replica = self.replicas.remove(i);
             let joined = replica.task.await;
             let id = replica.id;
+            self.count_timers(&replica.watchdog);
             match joined {
                 Ok(Err(e)) if self.plan.replicas > 1 && is_leadership_error(&e) => {
-                    let late = self.timers_late();
+                    let late = timers_late(&replica.watchdog);
                     let e = with_causes(&e);
                     self.note(format!("chaos-replica-{id} exited: {e}{late}"));
                 }
@@ -571,7 +618,9 @@ impl Driver<'_> {
         let replica = self.replicas.remove(index);
         let leading = replica.health.is_leading();
         replica.task.abort();
-        match replica.task.await {
+        let joined = replica.task.await;
+        self.count_timers(&replica.watchdog);
+        match joined {
             Err(e) if e.is_cancelled() => {}
             Err(e) => self.violation(format!("chaos-replica-{} panicked: {e}", replica.id)),
             Ok(Ok(_)) => {}
@@ -594,14 +643,16 @@ impl Driver<'_> {
         if let Some(stop) = replica.stop.take() {
             let _ = stop.send(());
         }
-        match tokio::time::timeout(STOP_TIMEOUT, &mut replica.task).await {
+        let joined = tokio::time::timeout(STOP_TIMEOUT, &mut replica.task).await;
+        self.count_timers(&replica.watchdog);
+        match joined {
             Ok(Ok(Ok(summary))) => {
                 let seq = self.sb.requests_received();
                 self.note(format!("stopped chaos-replica-{id} (request #{seq} next)"));
                 Some(summary)
             }
             Ok(Ok(Err(e))) if self.plan.replicas > 1 && is_leadership_error(&e) => {
-                let late = self.timers_late();
+                let late = timers_late(&replica.watchdog);
                 let e = with_causes(&e);
                 self.note(format!("stopped chaos-replica-{id}: {e}{late}"));
                 None

@@ -100,6 +100,10 @@
 //!
 //! # Reproducing
 //!
+//! Each replica and the sandbox run on a tokio runtime of their own (`ProcessRuntime`), as each is
+//! a process of its own in a cluster: another seed's work, or the driver's, cannot hold up a
+//! leader's Lease timers (seed 10207, RELIABILITY.md).
+//!
 //! The plan is a function of the seed; the interleaving of the controller's tasks, the sandbox and
 //! the driver is not (real sockets, real time, threads), so a failing seed may need a few runs
 //! (`CHAOS_SEED=n CHAOS_REPEAT=20`) to fail again. The failure report lists the violations, the
@@ -110,6 +114,7 @@ mod driver;
 mod phases;
 mod plan;
 mod pools;
+mod process;
 mod watchdog;
 
 pub use checks::{AllocationMonitor, Assignment, allocation_problem, check_patches, pool_usage};
@@ -123,4 +128,5 @@ pub use plan::{
     Step, TEMPLATE_FIXTURES, Template, block, block_count, family_bits, templates,
 };
 pub use pools::{FALLBACK_POOL, POOL_FINALIZER, PoolPlan, PoolSpec, PoolWatch};
+pub use process::ProcessRuntime;
 pub use watchdog::{Lateness, NOTABLE, TICK, Watchdog};
