@@ -249,6 +249,8 @@ fn many_seeds() {
     let mut timers = Lateness::default();
     let mut driver_timers = Lateness::default();
     let mut seeds_late_1s = 0u32;
+    // Seeds whose end phase started over after the leader lost the Lease past the settled check.
+    let mut resettled = 0u32;
     let variant = cluster_cidrs_variant();
     let failures = run_seeds(
         (first..first + count).collect(),
@@ -262,6 +264,7 @@ fn many_seeds() {
                     timers.merge(&report.timers);
                     driver_timers.merge(&report.driver_timers);
                     seeds_late_1s += u32::from(report.timers.over_1s > 0);
+                    resettled += u32::from(report.resettles > 0);
                     passed += 1;
                 }
                 Err(failure) => {
@@ -282,7 +285,8 @@ fn many_seeds() {
                 println!(
                     "chaos timers: passing seeds' replica runtimes: {timers}; {seeds_late_1s} seed(s) \
                      with a wake-up ≥ 1 s late there; the drivers' shared runtime: \
-                     {driver_timers}; a reference thread of its own: {reference}"
+                     {driver_timers}; a reference thread of its own: {reference}; {resettled} \
+                     seed(s) settled again after the leader lost the Lease past the settled check"
                 );
             }
         },

@@ -83,7 +83,11 @@
 //! ([`crate::invariants::check`]): 5. every servable Node is served — unless a cluster CIDR is
 //! full, when waiting is legitimate; 6. no overlap, every podCIDR inside a cluster CIDR and
 //! outside the service CIDRs; 7. nothing leaked: the pool's usage equals the blocks Nodes and
-//! service CIDRs cover, and what the controller holds per Node is what the Node has.
+//! service CIDRs cover, and what the controller holds per Node is what the Node has. A leader
+//! that loses the Lease between the settled check and its stop (invariant 4 allows a loss at any
+//! time) leaves no summary: the end phase then starts new replicas and settles again (at most
+//! `MAX_RESETTLES` times, each logged and counted in `SeedReport::resettles`); a seed that still
+//! has no leader's summary fails.
 //!
 //! # The ClusterCIDR variant
 //!
@@ -119,8 +123,8 @@ mod watchdog;
 
 pub use checks::{AllocationMonitor, Assignment, allocation_problem, check_patches, pool_usage};
 pub use driver::{
-    SETTLE_TIMEOUT, SeedFailure, SeedReport, build_node, cluster_spec, controller_view, run_plan,
-    run_seed, run_seed_variant,
+    MAX_RESETTLES, SETTLE_TIMEOUT, SeedFailure, SeedReport, build_node, cluster_spec,
+    controller_view, run_plan, run_seed, run_seed_variant,
 };
 pub use phases::{PhaseTimes, SettleWait};
 pub use plan::{
