@@ -19,7 +19,9 @@
 
 use std::time::Instant;
 
-use nodeipam_tests::chaos::{PhaseTimes, Plan, SeedFailure, SeedReport, run_seed_variant};
+use nodeipam_tests::chaos::{
+    Lateness, PhaseTimes, Plan, SeedFailure, SeedReport, Watchdog, run_seed_variant,
+};
 use tokio::task::JoinSet;
 
 /// Seeds `cargo test` runs: 1..=24, then the seeds that found a bug in long runs (RELIABILITY.md
@@ -64,18 +66,27 @@ fn init_tracing() {
         .try_init();
 }
 
-/// The outcome of every seed, `parallel` at a time; `progress` is called after each.
+/// The outcome of every seed, `parallel` at a time; `progress` is called after each, with how
+/// late a reference runtime of its own (one thread that runs nothing else) has run its timers
+/// so far: the machine's share of the lateness the seeds see.
 fn run_seeds(
     seeds: Vec<u64>,
     parallel: usize,
     cluster_cidrs: bool,
-    mut progress: impl FnMut(&Result<SeedReport, SeedFailure>),
+    mut progress: impl FnMut(&Result<SeedReport, SeedFailure>, &Lateness),
 ) -> Vec<SeedFailure> {
+    let reference = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("chaos-reference-timer")
+        .enable_all()
+        .build()
+        .unwrap();
+    let reference_watchdog = Watchdog::start_on(reference.handle());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
-    runtime.block_on(async move {
+    let failures = runtime.block_on(async move {
         let mut tasks = JoinSet::new();
         let mut failures = Vec::new();
         let mut pending = seeds.into_iter();
@@ -90,7 +101,7 @@ fn run_seeds(
                     cluster_cidrs,
                 }),
             };
-            progress(&outcome);
+            progress(&outcome, &reference_watchdog.lateness());
             if let Err(failure) = outcome {
                 failures.push(failure);
             }
@@ -126,7 +137,10 @@ fn run_seeds(
             }
         }
         failures
-    })
+    });
+    drop(runtime);
+    drop(reference);
+    failures
 }
 
 fn fail_with(failures: &[SeedFailure]) {
@@ -162,7 +176,7 @@ fn fixed_seeds() {
         seeds,
         parallel,
         cluster_cidrs_variant(),
-        |outcome| match outcome {
+        |outcome, _| match outcome {
             Ok(report) => {
                 println!("{report}");
                 if single {
@@ -190,10 +204,15 @@ fn cluster_cidr_seeds() {
     init_tracing();
     let parallel = env_u64("CHAOS_PARALLEL").map_or(4, |p| usize::try_from(p).unwrap());
     let started = Instant::now();
-    let failures = run_seeds((1..=8).collect(), parallel, true, |outcome| match outcome {
-        Ok(report) => println!("{report}"),
-        Err(failure) => println!("{failure}"),
-    });
+    let failures = run_seeds(
+        (1..=8).collect(),
+        parallel,
+        true,
+        |outcome, _| match outcome {
+            Ok(report) => println!("{report}"),
+            Err(failure) => println!("{failure}"),
+        },
+    );
     println!(
         "chaos (ClusterCIDR variant): 8 seed(s), {} failed, {:.1} s",
         failures.len(),
@@ -224,16 +243,28 @@ fn many_seeds() {
     // Where the passing seeds' wall time went (summed; the mean is printed with the progress).
     let mut phases = PhaseTimes::default();
     let mut passed = 0u32;
+    // How late the replicas' runtimes ran their timers (passing seeds), and how many seeds saw
+    // a wake-up at least 1 s late there (a leader renewing every 200 ms with a 1.5 s deadline
+    // may lose its Lease then); the same for the drivers' shared runtime.
+    let mut timers = Lateness::default();
+    let mut driver_timers = Lateness::default();
+    let mut seeds_late_1s = 0u32;
+    // Seeds whose end phase started over after the leader lost the Lease past the settled check.
+    let mut resettled = 0u32;
     let variant = cluster_cidrs_variant();
     let failures = run_seeds(
         (first..first + count).collect(),
         parallel,
         variant,
-        |outcome| {
+        |outcome, reference| {
             done += 1;
             match outcome {
                 Ok(report) => {
                     phases.add(&report.phases);
+                    timers.merge(&report.timers);
+                    driver_timers.merge(&report.driver_timers);
+                    seeds_late_1s += u32::from(report.timers.over_1s > 0);
+                    resettled += u32::from(report.resettles > 0);
                     passed += 1;
                 }
                 Err(failure) => {
@@ -250,6 +281,12 @@ fn many_seeds() {
                     done as f64 / minutes.max(1e-9),
                     phases.mean(passed).total().as_millis(),
                     phases.mean(passed)
+                );
+                println!(
+                    "chaos timers: passing seeds' replica runtimes: {timers}; {seeds_late_1s} seed(s) \
+                     with a wake-up ≥ 1 s late there; the drivers' shared runtime: \
+                     {driver_timers}; a reference thread of its own: {reference}; {resettled} \
+                     seed(s) settled again after the leader lost the Lease past the settled check"
                 );
             }
         },

@@ -10,7 +10,7 @@ use std::time::Duration;
 use axum::http::HeaderValue;
 use axum::http::header::USER_AGENT;
 use ipnet::IpNet;
-use nodeipam::controller::{ControllerConfig, Health, RunSummary};
+use nodeipam::controller::{ControllerConfig, Health, LeaderError, RunSummary};
 use nodeipam_core::IpamConfig;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -23,9 +23,14 @@ use super::checks::{AllocationMonitor, check_patches, pool_usage};
 use super::phases::{PhaseTimes, SettleWait};
 use super::plan::{Action, CHURN_LABEL, FINALIZER, NodeSpec, Plan, block, block_count, templates};
 use super::pools::{finalizer_problems, spec_of_rows};
+use super::process::ProcessRuntime;
+use super::watchdog::{Lateness, Watchdog};
 use crate::invariants::{ClusterSpec, ControllerView, check, name_of, pod_cidrs_of};
 use crate::monitor::OverlapMonitor;
-use crate::sandbox::{FaultRule, PatchType, Replicas, Sandbox, SandboxHandle, SandboxOptions};
+use crate::sandbox::{
+    FaultAction, FaultRule, PatchType, Replicas, Resource, Sandbox, SandboxHandle, SandboxOptions,
+    Verb,
+};
 
 /// How long the end phase may take to settle (debug build, shared cores: generous).
 pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(90);
@@ -38,6 +43,12 @@ const SETTLE_CONFIRM: Duration = Duration::from_millis(200);
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 /// A replica that exited after losing the Lease is replaced this much later (a pod restart).
 const RESPAWN_DELAY: Duration = Duration::from_millis(200);
+/// How many times the end phase may start over after the leader lost the Lease between the
+/// settled check and its stop ([`Driver::settle_and_stop`]).
+pub const MAX_RESETTLES: u32 = 3;
+/// The longest renew deadline of the plans (`LeaseTiming`): a lost Lease is reported with how
+/// late the runtime's timers were within this long before.
+const LEASE_LOSS_WINDOW: Duration = Duration::from_secs(2);
 
 /// What a seed that passed did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -68,10 +79,19 @@ pub struct SeedReport {
     pub kills: u32,
     /// Wall time, ms.
     pub elapsed_ms: u128,
-    /// Wall time of the end phase (faults cleared → settled), ms.
+    /// Wall time of the end phase (faults cleared → settled the last time), ms.
     pub settle_ms: u128,
+    /// How many times the end phase started over because the leader lost the Lease between the
+    /// settled check and its stop (see [`MAX_RESETTLES`]).
+    pub resettles: u32,
     /// Where the wall time went, phase by phase (start-up included, unlike `elapsed_ms`).
     pub phases: PhaseTimes,
+    /// How late the replicas' runtimes ran a 50 ms timer ([`Watchdog`]), over every replica
+    /// of the seed.
+    pub timers: Lateness,
+    /// The same for the runtime of the driver (the schedule, the end phase's checks), which the
+    /// seeds of one test share.
+    pub driver_timers: Lateness,
     /// What the driver did and saw (as in a [`SeedFailure`]).
     pub log: Vec<String>,
 }
@@ -82,7 +102,8 @@ impl fmt::Display for SeedReport {
             f,
             "seed {} ok: {} Nodes created, {} at the end ({} served, {} unservable), {} commits \
              checked ({} assignments), {} PATCHes, {} late writes, {} fault rules, {} starts, \
-             {} kills, {} ms ({} ms to settle); phases: {}",
+             {} kills, {} ms ({} ms to settle, {} re-settle(s)); phases: {}; timers: replicas' runtimes {}, \
+             the driver's {}",
             self.seed,
             self.nodes_created,
             self.nodes_at_end,
@@ -97,7 +118,10 @@ impl fmt::Display for SeedReport {
             self.kills,
             self.elapsed_ms,
             self.settle_ms,
-            self.phases
+            self.resettles,
+            self.phases,
+            self.timers,
+            self.driver_timers
         )
     }
 }
@@ -160,12 +184,36 @@ pub async fn run_seed_variant(seed: u64, cluster_cidrs: bool) -> Result<SeedRepo
     run_plan(&Plan::of_seed(seed, cluster_cidrs)).await
 }
 
-/// A controller process (`run()` on its own task).
+/// What a test of the driver itself makes happen besides the plan (all off for a seed).
+#[derive(Debug, Default)]
+struct Hooks {
+    /// Once, after the settled check: stop the standbys, fail every Lease request until the
+    /// leader has given the Lease up, then clear the faults (the leader losing the Lease between
+    /// the settled check and its stop, as in seed 10207).
+    lease_fails_after_settled: bool,
+}
+
+/// How a clean stop of a replica ended.
+enum Stopped {
+    /// It ran to the end: its summary.
+    Summary(RunSummary),
+    /// With leader election, it ended with a lost Lease (noted in the log).
+    LostLease,
+    /// It failed, panicked or did not stop (a violation, noted).
+    Failed,
+}
+
+/// A controller process: `run()` on a runtime of its own ([`ProcessRuntime`]; dropping the
+/// replica ends every task left on it, as a process's exit would).
 struct Replica {
     id: u32,
     health: Health,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<RunSummary, nodeipam::Error>>,
+    /// How late the replica's runtime runs timers (what its Lease timers see).
+    watchdog: Watchdog,
+    /// Held only to be dropped with the replica.
+    _runtime: ProcessRuntime,
 }
 
 struct Driver<'p> {
@@ -176,6 +224,9 @@ struct Driver<'p> {
     replicas: Vec<Replica>,
     next_id: u32,
     started: Instant,
+    /// How late the driver's runtime runs timers.
+    watchdog: Watchdog,
+    hooks: Hooks,
     log: Vec<String>,
     violations: Vec<String>,
     respawn_at: Option<Instant>,
@@ -280,6 +331,44 @@ fn replica_client(url: &str, identity: &str) -> kube::Client {
     }
 }
 
+/// `e` with its causes (a lost Lease's last failed renewal request), or, for a renew deadline
+/// that passed without any request failing, a note saying so (the leader's tries were not
+/// answered in time, or not even made: a late timer).
+fn with_causes(e: &nodeipam::Error) -> String {
+    use std::error::Error as _;
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    if matches!(
+        e,
+        nodeipam::Error::LeaderElection(LeaderError::RenewDeadlineExceeded {
+            last_error: None,
+            ..
+        })
+    ) {
+        text.push_str(" (no renewal request failed: none was answered in time, or made)");
+    }
+    text
+}
+
+/// For a log line about a lost Lease: how late the replica's runtime ran timers in the last
+/// [`LEASE_LOSS_WINDOW`], if at all.
+fn timers_late(watchdog: &Watchdog) -> String {
+    let late = watchdog.worst_within(LEASE_LOSS_WINDOW);
+    if late.is_zero() {
+        String::new()
+    } else {
+        format!(
+            " (its runtime's timers ran up to {} ms late in the last {} s)",
+            late.as_millis(),
+            LEASE_LOSS_WINDOW.as_secs()
+        )
+    }
+}
+
 fn is_leadership_error(e: &nodeipam::Error) -> bool {
     matches!(
         e,
@@ -292,7 +381,12 @@ fn is_leadership_error(e: &nodeipam::Error) -> bool {
 /// # Errors
 /// [`SeedFailure`] with every violation found.
 pub async fn run_plan(plan: &Plan) -> Result<SeedReport, SeedFailure> {
+    run_plan_with(plan, Hooks::default()).await
+}
+
+async fn run_plan_with(plan: &Plan, hooks: Hooks) -> Result<SeedReport, SeedFailure> {
     let entered = Instant::now();
+    let watchdog = Watchdog::start();
     let network = plan.network();
     let ipam = network.ipam();
     let spec = cluster_spec(&ipam);
@@ -304,22 +398,26 @@ pub async fn run_plan(plan: &Plan) -> Result<SeedReport, SeedFailure> {
         bookmark_interval: Duration::from_secs(1),
         ..SandboxOptions::default()
     };
-    let sb = match Sandbox::try_start(
-        json!({"kind": "NodeList", "apiVersion": "v1", "items": items}),
-        options,
-    )
-    .await
+    let not_started = |why: String| SeedFailure {
+        seed: plan.seed,
+        violations: vec![format!("the sandbox did not start: {why}")],
+        plan: plan.to_string(),
+        log: Vec::new(),
+        cluster_cidrs: plan.cluster_cidrs.is_some(),
+    };
+    // The API server is a process of its own too: its handlers (and the monitors they call
+    // under the store lock) run on its own runtime. Dropped after the driver (declared first).
+    let sandbox_runtime =
+        ProcessRuntime::new("chaos-sandbox").map_err(|e| not_started(e.to_string()))?;
+    let nodes = json!({"kind": "NodeList", "apiVersion": "v1", "items": items});
+    let sb = match sandbox_runtime
+        .handle()
+        .spawn(Sandbox::try_start(nodes, options))
+        .await
     {
-        Ok(sb) => sb,
-        Err(e) => {
-            return Err(SeedFailure {
-                seed: plan.seed,
-                violations: vec![format!("the sandbox did not start: {e}")],
-                plan: plan.to_string(),
-                log: Vec::new(),
-                cluster_cidrs: plan.cluster_cidrs.is_some(),
-            });
-        }
+        Ok(Ok(sb)) => sb,
+        Ok(Err(e)) => return Err(not_started(e.to_string())),
+        Err(e) => return Err(not_started(e.to_string())),
     };
     let overlap = OverlapMonitor::attach(&sb);
     let allocation = if plan.cluster_cidrs.is_some() {
@@ -335,6 +433,8 @@ pub async fn run_plan(plan: &Plan) -> Result<SeedReport, SeedFailure> {
         replicas: Vec::new(),
         next_id: 1,
         started: Instant::now(),
+        watchdog,
+        hooks,
         log: Vec::new(),
         violations: Vec::new(),
         respawn_at: None,
@@ -381,6 +481,12 @@ pub async fn run_plan(plan: &Plan) -> Result<SeedReport, SeedFailure> {
     driver.sb.shutdown().await;
     driver.report.phases.shutdown = at.elapsed();
     driver.report.elapsed_ms = driver.started.elapsed().as_millis();
+    driver.report.driver_timers = driver.watchdog.lateness();
+    let timers = format!(
+        "timers: replicas' runtimes {}; the driver's {}",
+        driver.report.timers, driver.report.driver_timers
+    );
+    driver.note(timers);
     if driver.violations.is_empty() {
         driver.report.log = driver.log;
         Ok(driver.report)
@@ -402,6 +508,11 @@ impl Driver<'_> {
         p.late_write_waits + p.stops + p.idle_waits
     }
 
+    /// Adds how late a removed replica's runtime ran timers to the seed's figures.
+    fn count_timers(&mut self, watchdog: &Watchdog) {
+        self.report.timers.merge(&watchdog.lateness());
+    }
+
     fn note(&mut self, text: impl Into<String>) {
         let ms = self.started.elapsed().as_secs_f64() * 1000.0;
         self.log.push(format!("[{ms:>8.1} ms] {}", text.into()));
@@ -414,7 +525,9 @@ impl Driver<'_> {
         self.violations.push(text);
     }
 
-    fn spawn_replica(&mut self) {
+    /// Starts a replica on a runtime of its own; `false` (a violation) if the runtime could not
+    /// be built.
+    fn spawn_replica(&mut self) -> bool {
         let id = self.next_id;
         self.next_id += 1;
         let identity = format!("chaos-replica-{id}");
@@ -434,11 +547,26 @@ impl Driver<'_> {
             config.startup_write_fence = config.request_timeout;
         }
         let health = config.health.clone();
-        let client = replica_client(&self.sb.url(), &identity);
+        let runtime = match ProcessRuntime::new(&identity) {
+            Ok(r) => r,
+            Err(e) => {
+                self.violation(format!("no runtime for {identity}: {e}"));
+                return false;
+            }
+        };
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(nodeipam::controller::run(config, client, async move {
-            let _ = stopped.await;
-        }));
+        let url = self.sb.url();
+        let agent = identity.clone();
+        // The client is built on the replica's runtime (its request buffer's task runs there),
+        // as the process would build it at start-up.
+        let task = runtime.handle().spawn(async move {
+            let client = replica_client(&url, &agent);
+            nodeipam::controller::run(config, client, async move {
+                let _ = stopped.await;
+            })
+            .await
+        });
+        let watchdog = Watchdog::start_on(runtime.handle());
         self.report.starts += 1;
         let seq = self.sb.requests_received();
         self.note(format!("started {identity} (request #{seq} next)"));
@@ -447,12 +575,17 @@ impl Driver<'_> {
             health,
             stop: Some(stop),
             task,
+            watchdog,
+            _runtime: runtime,
         });
+        true
     }
 
     fn start_replicas(&mut self) {
         while self.replicas.len() < self.plan.replicas {
-            self.spawn_replica();
+            if !self.spawn_replica() {
+                break;
+            }
         }
         self.respawn_at = None;
     }
@@ -469,9 +602,12 @@ impl Driver<'_> {
             let replica = self.replicas.remove(i);
             let joined = replica.task.await;
             let id = replica.id;
+            self.count_timers(&replica.watchdog);
             match joined {
                 Ok(Err(e)) if self.plan.replicas > 1 && is_leadership_error(&e) => {
-                    self.note(format!("chaos-replica-{id} exited: {e}"));
+                    let late = timers_late(&replica.watchdog);
+                    let e = with_causes(&e);
+                    self.note(format!("chaos-replica-{id} exited: {e}{late}"));
                 }
                 Ok(Err(e)) => self.violation(format!("chaos-replica-{id} failed: {e}")),
                 Ok(Ok(_)) => {
@@ -517,7 +653,9 @@ impl Driver<'_> {
         let replica = self.replicas.remove(index);
         let leading = replica.health.is_leading();
         replica.task.abort();
-        match replica.task.await {
+        let joined = replica.task.await;
+        self.count_timers(&replica.watchdog);
+        match joined {
             Err(e) if e.is_cancelled() => {}
             Err(e) => self.violation(format!("chaos-replica-{} panicked: {e}", replica.id)),
             Ok(Ok(_)) => {}
@@ -533,37 +671,41 @@ impl Driver<'_> {
         ));
     }
 
-    /// Clean shutdown of replica `index`; its summary if it ran to the end.
-    async fn stop_replica(&mut self, index: usize) -> Option<RunSummary> {
+    /// Clean shutdown of replica `index`: its summary if it ran to the end.
+    async fn stop_replica(&mut self, index: usize) -> Stopped {
         let mut replica = self.replicas.remove(index);
         let id = replica.id;
         if let Some(stop) = replica.stop.take() {
             let _ = stop.send(());
         }
-        match tokio::time::timeout(STOP_TIMEOUT, &mut replica.task).await {
+        let joined = tokio::time::timeout(STOP_TIMEOUT, &mut replica.task).await;
+        self.count_timers(&replica.watchdog);
+        match joined {
             Ok(Ok(Ok(summary))) => {
                 let seq = self.sb.requests_received();
                 self.note(format!("stopped chaos-replica-{id} (request #{seq} next)"));
-                Some(summary)
+                Stopped::Summary(summary)
             }
             Ok(Ok(Err(e))) if self.plan.replicas > 1 && is_leadership_error(&e) => {
-                self.note(format!("stopped chaos-replica-{id}: {e}"));
-                None
+                let late = timers_late(&replica.watchdog);
+                let e = with_causes(&e);
+                self.note(format!("stopped chaos-replica-{id}: {e}{late}"));
+                Stopped::LostLease
             }
             Ok(Ok(Err(e))) => {
                 self.violation(format!("chaos-replica-{id} failed while stopping: {e}"));
-                None
+                Stopped::Failed
             }
             Ok(Err(e)) => {
                 self.violation(format!("chaos-replica-{id} panicked: {e}"));
-                None
+                Stopped::Failed
             }
             Err(_) => {
                 replica.task.abort();
                 self.violation(format!(
                     "chaos-replica-{id} did not stop within {STOP_TIMEOUT:?} of the shutdown signal"
                 ));
-                None
+                Stopped::Failed
             }
         }
     }
@@ -804,8 +946,15 @@ impl Driver<'_> {
 
     /// The end phase: faults cleared, terminating Nodes let go, controllers running; waits until
     /// every late write has run, every servable Node is served (or the pool is full) and the
-    /// leader's pool usage equals the blocks the Nodes hold, at every check (every 50 ms) for 200 ms; then
-    /// stops the standbys and the leader. Returns the leader's summary.
+    /// leader's pool usage equals the blocks the Nodes hold, at every check (every 50 ms) for
+    /// 200 ms; then stops the standbys and the leader. Returns the leader's summary.
+    ///
+    /// A leader may lose the Lease between the settled check and its own stop (its renewals did
+    /// not succeed for the renew deadline — on a loaded machine, a late timer is enough; seed
+    /// 10207, RELIABILITY.md). That is the loss invariant 4 expects at any time, not a fault, but
+    /// it leaves no leader's summary for the end-state comparison: then new replicas are started
+    /// and the end phase runs again (at most [`MAX_RESETTLES`] times; each is logged and counted
+    /// in [`SeedReport::resettles`]). A seed that still ends without a leader's summary fails.
     async fn settle_and_stop(&mut self) -> Option<RunSummary> {
         self.sb.clear_faults();
         self.sb.set_delay(Duration::ZERO);
@@ -822,6 +971,57 @@ impl Driver<'_> {
             self.actor(&format!("remove finalizer of {name}"), r);
         }
         self.note("end phase: faults cleared");
+        let settle_started = Instant::now();
+        loop {
+            self.settle().await;
+            if std::mem::take(&mut self.hooks.lease_fails_after_settled) {
+                self.fail_lease_until_lost().await;
+            }
+            self.report.settle_ms = settle_started.elapsed().as_millis();
+            let stopping = Instant::now();
+            let (summary, lease_lost) = self.stop_all().await;
+            self.report.phases.final_stop += stopping.elapsed();
+            if summary.is_some()
+                || !lease_lost
+                || !self.violations.is_empty()
+                || self.report.resettles >= MAX_RESETTLES
+            {
+                if summary.is_none() && self.violations.is_empty() {
+                    self.violation("no leader's summary at the end");
+                }
+                return summary;
+            }
+            self.report.resettles += 1;
+            self.note(
+                "the leader lost the Lease after the settled check (expected at any time, \
+                 invariant 4): starting new replicas and settling again",
+            );
+            self.start_replicas();
+        }
+    }
+
+    /// [`Hooks::lease_fails_after_settled`]: the standbys stopped, every Lease request answered
+    /// 500 until the leader's task has ended (bounded by [`STOP_TIMEOUT`]), the faults cleared.
+    async fn fail_lease_until_lost(&mut self) {
+        while let Some(index) = self.replicas.iter().position(|r| !r.health.is_leading()) {
+            let _ = self.stop_replica(index).await;
+        }
+        for verb in [Verb::Get, Verb::Update, Verb::Create] {
+            let rule = FaultRule::new(verb, Resource::Leases, 1_000_000, FaultAction::Status(500));
+            self.sb.inject(rule);
+        }
+        self.note("hook: every Lease request fails from now on");
+        let until = Instant::now() + STOP_TIMEOUT;
+        while Instant::now() < until && self.replicas.iter().any(|r| !r.task.is_finished()) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.sb.clear_faults();
+        self.note("hook: Lease faults cleared");
+    }
+
+    /// Waits until everything has settled (see [`Driver::settle_and_stop`]), or notes a
+    /// violation after [`SETTLE_TIMEOUT`].
+    async fn settle(&mut self) {
         let settle_started = Instant::now();
         if self.replicas.len() < self.plan.replicas && self.respawn_at.is_none() {
             self.start_replicas();
@@ -867,10 +1067,14 @@ impl Driver<'_> {
             tokio::time::sleep(SETTLE_POLL).await;
         }
         self.note("settled");
-        self.report.settle_ms = settle_started.elapsed().as_millis();
-        let stopping = Instant::now();
-        // Standbys first, so the leader's summary is the last word.
+    }
+
+    /// Stops every replica, standbys first, so the leader's summary is the last word. Returns
+    /// that summary, and whether a replica ended with a lost Lease (the leader at the settled
+    /// check may have lost it, and stepped down, before this looked at who leads).
+    async fn stop_all(&mut self) -> (Option<RunSummary>, bool) {
         let mut summary = None;
+        let mut lost = false;
         while let Some(index) = self
             .replicas
             .iter()
@@ -878,16 +1082,16 @@ impl Driver<'_> {
             .or((!self.replicas.is_empty()).then_some(0))
         {
             let leading = self.replicas[index].health.is_leading();
-            let s = self.stop_replica(index).await;
+            let stopped = self.stop_replica(index).await;
+            lost |= matches!(stopped, Stopped::LostLease);
             if leading {
-                summary = s;
+                summary = match stopped {
+                    Stopped::Summary(s) => Some(s),
+                    Stopped::LostLease | Stopped::Failed => None,
+                };
             }
         }
-        self.report.phases.final_stop = stopping.elapsed();
-        if summary.is_none() && self.violations.is_empty() {
-            self.violation("no leader's summary at the end");
-        }
-        summary
+        (summary, lost)
     }
 
     /// `None` when settled, else what it waits for and why. Cheap checks first; the oracle (every Node read and
@@ -1153,3 +1357,6 @@ impl Driver<'_> {
         self.report.allocations = allocation.allocations();
     }
 }
+
+#[cfg(test)]
+mod tests;

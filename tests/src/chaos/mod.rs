@@ -83,7 +83,11 @@
 //! ([`crate::invariants::check`]): 5. every servable Node is served — unless a cluster CIDR is
 //! full, when waiting is legitimate; 6. no overlap, every podCIDR inside a cluster CIDR and
 //! outside the service CIDRs; 7. nothing leaked: the pool's usage equals the blocks Nodes and
-//! service CIDRs cover, and what the controller holds per Node is what the Node has.
+//! service CIDRs cover, and what the controller holds per Node is what the Node has. A leader
+//! that loses the Lease between the settled check and its stop (invariant 4 allows a loss at any
+//! time) leaves no summary: the end phase then starts new replicas and settles again (at most
+//! `MAX_RESETTLES` times, each logged and counted in `SeedReport::resettles`); a seed that still
+//! has no leader's summary fails.
 //!
 //! # The ClusterCIDR variant
 //!
@@ -100,6 +104,10 @@
 //!
 //! # Reproducing
 //!
+//! Each replica and the sandbox run on a tokio runtime of their own (`ProcessRuntime`), as each is
+//! a process of its own in a cluster: another seed's work, or the driver's, cannot hold up a
+//! leader's Lease timers (seed 10207, RELIABILITY.md).
+//!
 //! The plan is a function of the seed; the interleaving of the controller's tasks, the sandbox and
 //! the driver is not (real sockets, real time, threads), so a failing seed may need a few runs
 //! (`CHAOS_SEED=n CHAOS_REPEAT=20`) to fail again. The failure report lists the violations, the
@@ -110,11 +118,13 @@ mod driver;
 mod phases;
 mod plan;
 mod pools;
+mod process;
+mod watchdog;
 
 pub use checks::{AllocationMonitor, Assignment, allocation_problem, check_patches, pool_usage};
 pub use driver::{
-    SETTLE_TIMEOUT, SeedFailure, SeedReport, build_node, cluster_spec, controller_view, run_plan,
-    run_seed, run_seed_variant,
+    MAX_RESETTLES, SETTLE_TIMEOUT, SeedFailure, SeedReport, build_node, cluster_spec,
+    controller_view, run_plan, run_seed, run_seed_variant,
 };
 pub use phases::{PhaseTimes, SettleWait};
 pub use plan::{
@@ -122,3 +132,5 @@ pub use plan::{
     Step, TEMPLATE_FIXTURES, Template, block, block_count, family_bits, templates,
 };
 pub use pools::{FALLBACK_POOL, POOL_FINALIZER, PoolPlan, PoolSpec, PoolWatch};
+pub use process::ProcessRuntime;
+pub use watchdog::{Lateness, NOTABLE, TICK, Watchdog};
