@@ -161,13 +161,32 @@ async fn two_electors_elect_one_and_the_standby_takes_a_released_lease_at_its_ne
     let taken = spec(&sb);
     assert_eq!(taken["holderIdentity"], standby.identity);
     assert_eq!(taken["leaseTransitions"], json!(1));
-    // The release: an UPDATE with the resourceVersion, no holder, 1 s.
-    let (release_at, release) = lease_requests(&sb, &leader_name)
+    // The release: an UPDATE with the resourceVersion, no holder, 1 s. The sandbox logs a request
+    // when its body has arrived, so a renewal the stop cancelled in flight can be logged after the
+    // release; it must not have committed there.
+    let leader_updates: Vec<_> = lease_requests(&sb, &leader_name)
         .into_iter()
-        .rfind(|(_, r)| r.verb == Some(Verb::Update))
-        .expect("release");
+        .filter(|(_, r)| r.verb == Some(Verb::Update))
+        .collect();
+    let is_release = |r: &RequestRecord| {
+        r.body
+            .as_ref()
+            .is_some_and(|b| b["spec"]["holderIdentity"] == "")
+    };
+    let (release_at, release) = leader_updates
+        .iter()
+        .rfind(|(_, r)| is_release(r))
+        .cloned()
+        .unwrap_or_else(|| panic!("no release among the leader's UPDATEs: {leader_updates:?}"));
+    let late_renewals: Vec<_> = leader_updates
+        .iter()
+        .filter(|(i, r)| *i > release_at && r.status == Some(200))
+        .collect();
+    assert!(
+        late_renewals.is_empty(),
+        "the leader's writes committed after its release: {late_renewals:?}"
+    );
     let body = release.body.expect("body");
-    assert_eq!(body["spec"]["holderIdentity"], "");
     assert_eq!(body["spec"]["leaseDurationSeconds"], json!(1));
     assert!(body["metadata"]["resourceVersion"].is_string());
     assert_eq!(release.status, Some(200));
