@@ -2,6 +2,8 @@
 //! `main` does) fails `/healthz` and makes `run` return an error: no half-alive process. Its own
 //! test binary, because the hook is process-wide.
 
+mod hang_up;
+
 use std::time::Duration;
 
 use nodeipam::Error;
@@ -15,10 +17,12 @@ async fn a_panicking_task_fails_health_and_stops_the_controller() {
         .expect("valid flags");
     let config = ControllerConfig::new(ipam);
     let health = config.health.clone();
-    // Nothing listens there: the informer keeps retrying, as it should.
-    let client = client_for_url("http://127.0.0.1:1").expect("client");
+    // Every connection is closed at once: the informer keeps retrying, as it should.
+    let (url, mut connections) = hang_up::start().await;
+    let client = client_for_url(&url).expect("client");
     let controller = tokio::spawn(run(config, client, std::future::pending()));
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Its first request: `run` has started its supervised tasks.
+    hang_up::wait_for(&mut connections, 1).await;
     assert!(health.is_alive());
     let _ = tokio::spawn(async { panic!("some task broke (test)") }).await;
     let result = tokio::time::timeout(Duration::from_secs(30), controller)

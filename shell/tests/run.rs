@@ -1,5 +1,7 @@
 //! `run(config, client, shutdown)` driven in-process, without an API server.
 
+mod hang_up;
+
 use std::time::Duration;
 
 use nodeipam::Error;
@@ -21,14 +23,17 @@ async fn service_cidr_filling_the_cluster_cidr_fails_before_any_request() {
 
 #[tokio::test]
 async fn unreachable_api_server_is_not_ready_and_stops_cleanly() {
-    let client = client_for_url("http://127.0.0.1:1").expect("client");
+    let (url, mut connections) = hang_up::start().await;
+    let client = client_for_url(&url).expect("client");
     let config = config("10.244.0.0/16", "");
     let health = config.health.clone();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(run(config, client, async move {
         let _ = stopped.await;
     }));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A second connection: the controller handled a failed request and tried again (the client
+    // has no retries of its own), so readiness had its chance to go wrong on a failed list.
+    hang_up::wait_for(&mut connections, 2).await;
     assert!(!health.is_ready(), "no initial list yet");
     assert!(health.is_leading());
     let _ = stop.send(());

@@ -9,8 +9,9 @@ mod common;
 
 use common::{
     WAIT, all_pod_cidrs, assert_all_served, assert_cluster_cidr, assert_no_cidr_handed_out_twice,
-    cluster_cidr, condition_is, create_cluster_cidr, delete_cluster_cidr, four_aws_nodes,
-    has_finalizer, ready_reason_is, served_from, spawn, unserved, with_cluster_cidrs,
+    cluster_cidr, cluster_cidr_writer_passed, condition_is, create_cluster_cidr,
+    delete_cluster_cidr, delete_sentinel, four_aws_nodes, has_finalizer, ready_reason_is,
+    served_from, spawn, unserved, with_cluster_cidrs,
 };
 use kube::api::{Patch, PatchParams};
 use nodeipam_tests::sandbox::SandboxHandle;
@@ -69,7 +70,9 @@ async fn edit_spec(sb: &SandboxHandle, spec: Value) {
 /// Deleted after the edit: stays while the two Nodes hold their blocks, goes once they left.
 async fn held_until_the_nodes_leave(sb: &SandboxHandle, holders: &[String]) {
     delete_cluster_cidr(sb, "grow").await;
-    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    // A writer round decided `grow` on a view holding its deletion before writing the sentinel's
+    // status.
+    cluster_cidr_writer_passed(sb, "zz-after-delete", "10.251.0.0/24").await;
     assert!(
         has_finalizer(cluster_cidr(sb, "grow").await.as_ref()),
         "two Nodes hold blocks of grow's old range, yet its finalizer went: {:?}",
@@ -120,7 +123,11 @@ async fn a_spec_made_invalid_in_place_keeps_the_finalizer_while_nodes_hold_its_b
     })
     .await;
     sb.clear_requests();
-    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    // Pacing, not settling: past the one-status-write-per-object interval, so a round that wants
+    // `grow`'s status again writes it; the sentinel's status then proves such a round decided
+    // `grow` (the writer goes in name order, each write sent before the next object).
+    tokio::time::sleep(nodeipam::controller::cluster_cidrs::STATUS_WRITE_INTERVAL).await;
+    cluster_cidr_writer_passed(&sb, "zz-sentinel", "10.250.0.0/24").await;
     let status_writes = sb
         .requests()
         .iter()
@@ -162,7 +169,8 @@ async fn a_waiting_node_labelled_into_a_selector_pool_is_served_from_it() {
         all_pod_cidrs(&sb)
     );
     let waiting = unserved(&sb);
-    // Past the first retries: the next is far away.
+    // Past the first retries: the next is far away (pacing for the positive check below, which
+    // only a far retry makes meaningful; nothing is asserted negative after it).
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     sb.patch_node(
         &waiting[0],
@@ -199,7 +207,8 @@ async fn a_restart_during_a_held_deletion_keeps_the_finalizer() {
     // `kill -9`: the run() future dropped.
     first.abort().await;
     let second = controller(&sb).await;
-    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    // The restarted writer decided `grow` (listed before start-up occupy) before `zz`'s status.
+    cluster_cidr_writer_passed(&sb, "zz-sentinel", "10.250.0.0/24").await;
     assert!(
         has_finalizer(cluster_cidr(&sb, "grow").await.as_ref()),
         "the restarted controller let go of a pool two Nodes hold blocks of: {:?}",
@@ -293,7 +302,10 @@ async fn a_refused_pool_is_hosted_once_the_nodes_of_a_gone_pool_leave() {
     delete_cluster_cidr(&sb, "grow").await;
     strip_finalizers(&sb, "grow").await;
     assert_cluster_cidr(&sb, "grow", "gone without its finalizer", |o| o.is_none()).await;
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    // Refused too (64 sets): a round after `grow` went decided `q` (and sent any event it
+    // wanted) before writing `zz`'s status. Gone again before a set is freed.
+    cluster_cidr_writer_passed(&sb, "zz-sentinel", "10.250.0.0/24").await;
+    delete_sentinel(&sb, "zz-sentinel").await;
     // Offered to the allocator every round while refused, announced once (a series counts
     // repeats of one event).
     let announced: u64 = sb

@@ -18,9 +18,9 @@ mod common;
 
 use common::{
     WAIT, all_pod_cidrs, assert_all_served, assert_cluster_cidr, assert_no_cidr_handed_out_twice,
-    cluster_cidr, condition, create_cluster_cidr, delete_cluster_cidr, events_with_reason,
-    four_aws_nodes, has_finalizer, init_tracing, node_like, pod_cidrs, ready_reason_is,
-    served_from, spawn, template_node, unserved, usage, with_cluster_cidrs,
+    cluster_cidr, cluster_cidr_writer_passed, condition, create_cluster_cidr, delete_cluster_cidr,
+    events_with_reason, four_aws_nodes, has_finalizer, init_tracing, node_like, pod_cidrs,
+    ready_reason_is, served_from, spawn, template_node, unserved, usage, with_cluster_cidrs,
 };
 use nodeipam_tests::sandbox::{FaultAction, Resource, Sandbox, Verb, fixture};
 use serde_json::{Value, json};
@@ -80,6 +80,9 @@ async fn a_cluster_cidr_serves_waiting_nodes_keeps_its_finalizer_until_the_last_
     sb.clear_requests();
     let second = spawn(&sb, config.clone());
     second.wait_allocating(&sb).await;
+    // Kept: no sound marker. The ClusterCIDR half could wait for a sentinel's status, but the
+    // Node half cannot: a Node's write runs on its own task after the decision, and nothing the
+    // controller does later is ordered after that write's arrival.
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     let patches: Vec<String> = sb
         .requests()
@@ -112,7 +115,24 @@ async fn a_cluster_cidr_serves_waiting_nodes_keeps_its_finalizer_until_the_last_
         pod_cidrs(&sb, "ip-10-1-1-99.eu-central-1.compute.internal"),
         Vec::<String>::new()
     );
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    // The status counting one holder is decided in the same `decide` call as the finalizer's
+    // removal (shell/src/controller/cluster_cidrs/decide.rs): the round that wrote it saw the
+    // freed block and kept the finalizer.
+    assert_cluster_cidr(&sb, "grow", "Deleting with one holder left", |o| {
+        ready_reason_is(o, "Deleting")
+            && o.is_some_and(|o| {
+                o["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| {
+                        c["message"]
+                            .as_str()
+                            .is_some_and(|m| m.contains(" 1 Node(s)"))
+                    })
+            })
+    })
+    .await;
     assert!(
         has_finalizer(cluster_cidr(&sb, "grow").await.as_ref()),
         "one Node still holds a block: the finalizer stays"
@@ -302,7 +322,9 @@ async fn a_cluster_cidr_the_allocator_cannot_host_is_invalid_with_one_event() {
             .await
     );
     assert_all_served(&sb, "the Nodes from the flag CIDR").await;
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    // A later writer round decided `too-fine` (and sent any event it wanted) before writing the
+    // sentinel's status; no Node matches the sentinel, so the Nodes stay as they are.
+    cluster_cidr_writer_passed(&sb, "zz-sentinel", "fd00:99::/63").await;
     let events = events_with_reason(&sb, "ClusterCIDRInvalid");
     assert_eq!(events.len(), 1, "one event per generation: {events:?}");
     // Published once, not repeated (a repeat would be a series on the same Event).
@@ -351,7 +373,22 @@ async fn only_the_leader_writes_cluster_cidrs() {
         has_finalizer(o) && o.is_some_and(|o| o["status"]["ipv4"]["used"] == 2)
     })
     .await;
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    // The standby's elector tried the Lease twice more after `grow` settled (every 200 ms) and
+    // stayed standby: alive and deciding, it had the chance to write. (A standby runs no writer,
+    // so there is no decision of its own to wait for: this is its closest sign of life.)
+    let b_lease_requests = |sb: &nodeipam_tests::sandbox::SandboxHandle| {
+        sb.requests()
+            .iter()
+            .filter(|r| {
+                r.resource == Some(Resource::Leases) && r.user_agent == common::agent("replica-b")
+            })
+            .count()
+    };
+    let seen = b_lease_requests(&sb);
+    assert!(
+        sb.wait_until(WAIT, |sb| b_lease_requests(sb) >= seen + 2)
+            .await
+    );
     let writers: std::collections::BTreeSet<String> = sb
         .requests_of(Verb::Patch, Resource::ClusterCidrs)
         .into_iter()

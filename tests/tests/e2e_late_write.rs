@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use common::{
     WAIT, check_end_state, events_with_reason, fast_config, init_tracing, ipam,
-    late_write_first_patch, late_write_then_hang, masks, node_like, node_patches, pod_cidrs, spawn,
-    unserved,
+    late_write_first_patch, late_write_then_hang, masks, node_event_count, node_like, node_patches,
+    pod_cidrs, spawn, unserved,
 };
 use nodeipam::reasons;
 use nodeipam_tests::monitor::OverlapMonitor;
@@ -33,6 +33,8 @@ const KEPT: &str = "kept";
 const LATE: &str = "late";
 /// Waits for a block.
 const WAITING: &str = "waiting";
+/// Created once everything settled, to mark that the dispatcher got past what came before.
+const SENTINEL: &str = "zz-sentinel";
 
 /// 10.30.0.0/23 in /24s: two blocks. KEPT holds 10.30.0.0/24, so 10.30.1.0/24 is the only one
 /// left; LATE comes before WAITING in the queue (names in order), so LATE gets it and WAITING
@@ -95,10 +97,25 @@ async fn late_write_never_gives_its_block_to_another_node(answer: LateAnswer) {
         pod_cidrs(&sb, WAITING),
         late_write_outcomes(&sb, LATE)
     );
-    // Give the controller time to do the wrong thing if it would (it retries every ≤ 500 ms).
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A Node created now waits too (the pool is full): its CIDRNotAvailable means the dispatcher
+    // decided it, so it decided before it LATE's last update (on the watch before SENTINEL's
+    // creation) and any WAITING woken by a block freed (woken Nodes go to the urgent lane,
+    // served first). The allocator's holdings at stop show such a decision, however late its
+    // PATCH would arrive.
+    sb.create_node(node_like(&fixture(AWS)["items"][1], SENTINEL))
+        .unwrap();
+    assert!(
+        sb.wait_until(WAIT, |sb| node_event_count(
+            sb,
+            SENTINEL,
+            reasons::CIDR_NOT_AVAILABLE
+        ) > 0)
+            .await,
+        "{SENTINEL} not decided: {:?}",
+        pod_cidrs(&sb, SENTINEL)
+    );
     monitor.assert_clean();
-    assert_eq!(unserved(&sb), [WAITING]);
+    assert_eq!(unserved(&sb), [WAITING, SENTINEL]);
     assert_eq!(pod_cidrs(&sb, KEPT), ["10.30.0.0/24"]);
     let sent: Vec<Value> = node_patches(&sb)[LATE]
         .iter()

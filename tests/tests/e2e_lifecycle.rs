@@ -401,6 +401,8 @@ async fn a_leader_that_loses_its_lease_stops_and_fails_health() {
     assert!(!health.is_leading());
     // Nothing is allocated any more.
     sb.create_node(node_like(&template, "after-loss")).unwrap();
+    // Kept: no marker can exist. `run` has returned, so only a task it leaked could still act,
+    // and a leaked task answers to nothing the test could wait for.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(unserved(&sb).contains(&"after-loss".to_owned()));
     sb.shutdown().await;

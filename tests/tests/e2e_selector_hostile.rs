@@ -19,8 +19,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use common::{
-    WAIT, fast_config, init_tracing, ipam, labelled, labelled_items, masks, node_like,
-    node_patches, pod_cidrs, spawn, template_node,
+    WAIT, fast_config, init_tracing, ipam, labelled, labelled_items, masks, node_event_count,
+    node_like, node_patches, pod_cidrs, spawn, template_node,
 };
 use nodeipam::node_pools::{NodePools, Sizing};
 use nodeipam::node_selector::NodeSelector;
@@ -32,6 +32,8 @@ use serde_json::{Value, json};
 const AKS: &str = "03-aks-kubenet-3nodes.json";
 const AWS: &str = "05-aws-4nodes-no-podcidr.json";
 const KEY: &str = "example.com/cni";
+/// The reason of the event a decision that gives a Node no block emits.
+const NOT_AVAILABLE: &str = nodeipam::reasons::CIDR_NOT_AVAILABLE;
 
 fn with_pod_cidrs(mut node: Value, cidrs: &[&str]) -> Value {
     node["spec"]["podCIDR"] = json!(cidrs[0]);
@@ -171,6 +173,8 @@ async fn hostile_nodes_around_the_selection() {
             .iter()
             .map(|c| c.as_str().unwrap().to_owned())
             .collect();
+    // Pacing, kept: a write in flight lands before the count (too short a wait can only fail the
+    // check below, not pass it).
     tokio::time::sleep(Duration::from_secs(2)).await;
     let writes_when_seen = patch_count(&sb, "mid-write");
     sb.create_node(labelled(node_like(&template, "after-mid"), KEY, "overlay"))
@@ -180,6 +184,8 @@ async fn hostile_nodes_around_the_selection() {
             .await
     );
     assert_ne!(pod_cidrs(&sb, "after-mid"), sent);
+    // Kept: `after-mid` served shows the relabel was decided, but what this guards against is a
+    // later retry of `mid-write` writing; decided right, that retry leaves no trace to wait for.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
         patch_count(&sb, "mid-write"),
@@ -294,17 +300,39 @@ async fn a_waiting_node_never_gets_a_block_an_unselected_node_holds() {
     assert_eq!(sent, json!(["10.244.3.0/24"]));
     sb.patch_node("m", PatchType::Merge, &relabel("kubenet"))
         .unwrap();
+    // Pacing, kept: a write in flight lands before the count (too short a wait can only fail the
+    // test below, not pass it; that check runs after the controller stopped).
     tokio::time::sleep(Duration::from_secs(2)).await;
     let m_writes = patch_count(&sb, "m");
 
     sb.create_node(labelled(node_like(&template, "w"), KEY, "overlay"))
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Its CIDRNotAvailable is what the decision on `w` emits when it gives no block: decided.
+    assert!(
+        sb.wait_until(WAIT, |sb| node_event_count(sb, "w", NOT_AVAILABLE) > 0)
+            .await
+    );
     assert!(pod_cidrs(&sb, "w").is_empty(), "{:?}", pod_cidrs(&sb, "w"));
     // The AKS Node goes; kubenet-dup still holds its block.
     sb.delete_node(&name_of(&aks[0])).unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The deletion is queued before `probe` (one watch, in order) in the urgent lane, served
+    // first: `probe`'s CIDRNotAvailable means the deletion was decided. One event task publishes
+    // in decision order, so a `w` event after that one was decided after the deletion.
+    sb.create_node(labelled(node_like(&template, "probe"), KEY, "overlay"))
+        .unwrap();
+    assert!(
+        sb.wait_until(WAIT, |sb| node_event_count(sb, "probe", NOT_AVAILABLE) > 0)
+            .await
+    );
+    let seen = node_event_count(&sb, "w", NOT_AVAILABLE);
+    assert!(
+        sb.wait_until(WAIT, |sb| node_event_count(sb, "w", NOT_AVAILABLE) > seen)
+            .await,
+        "w not decided again: {:?}",
+        pod_cidrs(&sb, "w")
+    );
     assert!(pod_cidrs(&sb, "w").is_empty(), "{:?}", pod_cidrs(&sb, "w"));
+    sb.delete_node("probe").unwrap();
     sb.delete_node("kubenet-dup").unwrap();
     assert!(
         sb.wait_until(WAIT, |sb| !pod_cidrs(sb, "w").is_empty())
@@ -314,7 +342,11 @@ async fn a_waiting_node_never_gets_a_block_an_unselected_node_holds() {
     // m's block (its write may still land) waits for m's deletion.
     sb.create_node(labelled(node_like(&template, "w2"), KEY, "overlay"))
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Decided (its CIDRNotAvailable), as for `w`.
+    assert!(
+        sb.wait_until(WAIT, |sb| node_event_count(sb, "w2", NOT_AVAILABLE) > 0)
+            .await
+    );
     assert!(
         pod_cidrs(&sb, "w2").is_empty(),
         "{:?}",

@@ -1190,6 +1190,7 @@ async fn apiserver_restart_mid_allocation_of_2000_nodes() {
         "{before_restart} Nodes served before the restart (want some, not all)"
     );
     cluster.kill_apiserver();
+    // Pacing, kept: the server stays down a while (nothing is asserted about that second).
     tokio::time::sleep(Duration::from_secs(1)).await;
     cluster
         .restart_apiserver()
@@ -1315,6 +1316,8 @@ async fn informer_streams_its_list_and_relists_after_a_410_from_real_compaction(
             serde_json::from_value(json!({"metadata": {"name": format!("churn-{i}")}})).unwrap();
         maps.create(&PostParams::default(), &map).await.unwrap();
     }
+    // Kept: waits for etcd's compactor (outside the controller); the check after it is positive
+    // (a second list), so too short a wait can only fail the test, not pass it.
     tokio::time::sleep(Duration::from_secs(4)).await;
     cluster
         .restart_apiserver()

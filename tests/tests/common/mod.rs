@@ -536,3 +536,58 @@ pub async fn four_aws_nodes() -> SandboxHandle {
     ))
     .await
 }
+
+/// A marker that the controller's ClusterCIDR writer has decided, after every change made before
+/// this call, on every ClusterCIDR whose name sorts before `sentinel`: creates ClusterCIDR
+/// `sentinel` (`range` in /24 blocks, or /64 for IPv6; a selector no Node matches, so it serves
+/// no Node) and waits
+/// (at most [`WAIT`]) until the controller wrote its status; fails the test otherwise.
+///
+/// Why it is causally after (shell/src/controller/cluster_cidrs.rs): the watch applies the events
+/// in `resourceVersion` order, so a view holding `sentinel` holds every earlier change; each
+/// writer round takes one snapshot of that view and goes over it in name order (a `BTreeMap`),
+/// awaiting each write before deciding the next object, and the status a new object gets is sent
+/// in the round that first decides it. So once `sentinel` has a status, a round has decided each
+/// object sorting before it on the current view, and sent (the sandbox logs at arrival) whatever
+/// it wanted to write there. `sentinel` must sort after every object the caller checks.
+pub async fn cluster_cidr_writer_passed(sb: &SandboxHandle, sentinel: &str, range: &str) {
+    let (family, host_bits) = if range.contains(':') {
+        ("ipv6", 64)
+    } else {
+        ("ipv4", 8)
+    };
+    create_cluster_cidr(
+        sb,
+        sentinel,
+        serde_json::json!({
+            (family): range,
+            "perNodeHostBits": host_bits,
+            "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "example.com/sentinel", "operator": "In", "values": ["no-node-has-it"]}
+            ]}]},
+        }),
+    )
+    .await;
+    assert_cluster_cidr(sb, sentinel, "the sentinel's status written", |o| {
+        o.is_some_and(|o| !condition(o, "Ready").0.is_empty())
+    })
+    .await;
+}
+
+/// Deletes the sentinel of [`cluster_cidr_writer_passed`] and waits (at most [`WAIT`]) until it
+/// is gone (it holds no block: its finalizer, if it got one, goes at once).
+pub async fn delete_sentinel(sb: &SandboxHandle, sentinel: &str) {
+    delete_cluster_cidr(sb, sentinel).await;
+    assert_cluster_cidr(sb, sentinel, "the sentinel gone", |o| o.is_none()).await;
+}
+
+/// How many times the controller published an event with `reason` about Node `node`: the
+/// `events.k8s.io/v1` Events regarding it, each counted with its series (kube-rs's `Recorder`
+/// folds a repeat into the first event's `series.count`).
+pub fn node_event_count(sb: &SandboxHandle, node: &str, reason: &str) -> u64 {
+    sb.events()
+        .iter()
+        .filter(|e| e["reason"].as_str() == Some(reason) && e["regarding"]["name"] == node)
+        .map(|e| e["series"]["count"].as_u64().unwrap_or(1))
+        .sum()
+}
