@@ -62,6 +62,8 @@ fn init_tracing() {
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off")),
         )
+        .with_thread_names(true)
+        .with_ansi(false)
         .with_test_writer()
         .try_init();
 }

@@ -432,6 +432,7 @@ fn request_attributes_are_derived_as_kube_apiserver_does() {
         status: None,
         late_write: None,
         user_agent: String::new(),
+        received: std::time::Instant::now(),
     };
     let call =
         |ns: Option<&str>, group: &str, resource: &str, verb: &str, name: Option<&str>| Call {

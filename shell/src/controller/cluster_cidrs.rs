@@ -430,10 +430,12 @@ async fn send(
         }
         Write::Finalizers { add, patch } => Request::Finalizers(add, patch),
     };
+    shared.limiter.acquire().await;
+    // The write gate after the token bucket, right before the request (see the Node writes in
+    // `worker.rs`: a gate passed before a wait no longer says the Lease is ours).
     if !shared.settings.write_gate.wait().await {
         return;
     }
-    shared.limiter.acquire().await;
     let params = PatchParams {
         field_manager: Some(super::CONTROLLER_NAME.to_owned()),
         ..PatchParams::default()

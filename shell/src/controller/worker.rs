@@ -41,6 +41,9 @@ use crate::{Error, metric_names, metrics as m};
 ///   ([`Leadership::may_start_write`]): a standby can acquire the Lease only after that, and by
 ///   then every write this leader started has been given up (client side, and server side through
 ///   `timeout=`).
+///
+/// [`WriteGate::wait`] must be the last wait before the request is sent (after the write window
+/// and the token bucket): it says the Lease is ours *now*, not when the request leaves later.
 #[derive(Debug, Clone)]
 pub struct WriteGate {
     /// No write starts before this instant.
@@ -413,10 +416,6 @@ impl Shared {
         // At most a few rounds: a refusal leads to a re-read, whose decision may be a new
         // allocation (a re-created Node), whose write may be refused again; then backoff.
         for _round in 0..3 {
-            if !self.settings.write_gate.wait().await {
-                tracing::warn!(node = %name, "not writing: this replica no longer holds the Lease");
-                return;
-            }
             // A slot of the write window first: our writes never run further ahead of the
             // watch than it can follow (no 410 of our own making).
             let Some(slot) = self.window.enter().await else {
@@ -424,6 +423,15 @@ impl Shared {
                 return;
             };
             self.limiter.acquire().await;
+            // The write gate last, with nothing to wait for between it and the request: the
+            // window and the token bucket can hold a write for seconds, and a write let through
+            // before them could reach the API server after the Lease had passed to a standby
+            // (bug 12, RELIABILITY.md).
+            if !self.settings.write_gate.wait().await {
+                self.window.written(slot, None);
+                tracing::warn!(node = %name, "not writing: this replica no longer holds the Lease");
+                return;
+            }
             let patch::PatchResult {
                 outcome,
                 resource_version,

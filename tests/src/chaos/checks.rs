@@ -390,6 +390,7 @@ mod tests {
             user_agent: agent.into(),
             status,
             late_write: None,
+            received: std::time::Instant::now(),
         }
     }
 

@@ -1262,8 +1262,13 @@ impl Driver<'_> {
                     continue;
                 }
                 let body = r.body.clone().unwrap_or(Value::Null);
+                let at_ms = r
+                    .received
+                    .saturating_duration_since(self.started.into_std())
+                    .as_secs_f64()
+                    * 1000.0;
                 self.log.push(format!(
-                    "    request #{seq} from {} uid {} podCIDRs {} query {:?}: status {:?}, late write {:?}",
+                    "    request #{seq} at {at_ms:.1} ms from {} uid {} podCIDRs {} query {:?}: status {:?}, late write {:?}",
                     r.user_agent.rsplit(' ').next().unwrap_or_default(),
                     body.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("-"),
                     body.pointer("/spec/podCIDRs").cloned().unwrap_or(Value::Null),

@@ -83,6 +83,10 @@ pub struct RequestRecord {
     /// For a request held by a late-write fault: what its commit did (see
     /// [`super::FaultAction::LateWrite`]); `None` otherwise.
     pub late_write: Option<LateWriteOutcome>,
+    /// When the sandbox had read the request (its body included): the instant kube-apiserver's
+    /// request deadline counts from.
+    #[serde(skip)]
+    pub received: std::time::Instant,
 }
 
 /// The request log (see the module doc).
@@ -200,6 +204,7 @@ mod tests {
             user_agent: String::new(),
             status: None,
             late_write: None,
+            received: std::time::Instant::now(),
         }
     }
 

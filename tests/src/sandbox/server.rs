@@ -326,6 +326,7 @@ pub async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response
         user_agent: user_agent.to_owned(),
         status: None,
         late_write: None,
+        received: std::time::Instant::now(),
     };
     // Requests answered at once (no await before the answer) are logged with their status.
     let answer_now = |mut rec: RequestRecord, resp: Response| {
