@@ -6,6 +6,10 @@
 //! without podCIDRs and gave LATE's block to FIRST (queued before LATE); the late write then
 //! landed and both Nodes held 10.30.0.0/24. Now the stopping leader keeps the Lease (renewing it)
 //! until the write in doubt can no longer be applied, and only then releases it.
+//!
+//! And a Lease *lost* with writes queued behind the token bucket (bug 12, chaos seed 35593): no
+//! PATCH may reach the API server so late that it could land after a standby could have taken the
+//! Lease over.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -14,7 +18,7 @@ use std::time::Duration;
 
 use common::{
     WAIT, agent, fast_config, init_tracing, ipam, late_write_first_patch, masks, node_like,
-    pod_cidrs, spawn_as,
+    pod_cidrs, spawn_as, unserved,
 };
 use nodeipam::controller::ControllerConfig;
 use nodeipam::leader::LeaseConfig;
@@ -23,7 +27,7 @@ use nodeipam_tests::sandbox::{
     FaultAction, FaultRule, LateAnswer, LateWriteOutcome, Resource, Sandbox, SandboxHandle, Verb,
     fixture,
 };
-use serde_json::json;
+use serde_json::{Value, json};
 
 const AWS: &str = "05-aws-4nodes-no-podcidr.json";
 /// Its first PATCH is answered early and applied late.
@@ -146,5 +150,93 @@ async fn a_cleanly_stopped_leader_keeps_the_lease_until_its_write_in_doubt_canno
 
     sb.clear_faults();
     let _ = b.stop_outcome().await;
+    sb.shutdown().await;
+}
+
+/// Bug 12 (chaos seed 35593). A worker passed the Lease write gate, then waited for a token of
+/// the token bucket (and a write-window slot), then sent its PATCH without looking at the Lease
+/// again; under a rate limit that wait lasts seconds, so PATCHes let through while the Lease was
+/// ours reached the API server after the leader had lost it — after the moment a standby may
+/// take it over (the last successful renewal + the lease duration) less the request's own
+/// deadline. In the seed the standby took over, listed, and gave three of those blocks to other
+/// Nodes. Here one leader (2 writes/s, burst 1, 16 workers: each worker waits about 8 s for its
+/// token) loses the Lease to failing Lease requests while 24 Nodes wait; every PATCH must have
+/// arrived early enough for its server-side deadline (`timeout=` = the 500 ms request timeout)
+/// to pass before that moment. Before the fix the last PATCHes arrived about 6 s too late.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_queued_behind_the_token_bucket_are_not_sent_after_the_lease_is_lost() {
+    init_tracing();
+    let template = fixture(AWS)["items"][1].clone();
+    let items: Vec<Value> = (0..24)
+        .map(|i| node_like(&template, &format!("queued-{i:02}")))
+        .collect();
+    let sb = Sandbox::start(json!({"kind": "NodeList", "apiVersion": "v1", "items": items})).await;
+    let ipam = ipam("10.30.0.0/16", "", masks(None, None, None));
+    let lease_duration = Duration::from_secs(3);
+    let request_timeout = Duration::from_millis(500);
+    let mut config = config(&ipam, "a");
+    if let Some(lease) = config.leader_election.as_mut() {
+        lease.lease_duration = lease_duration;
+        lease.renew_deadline = Duration::from_secs(2);
+    }
+    config.kube_api_qps = 2.0;
+    config.kube_api_burst = 1;
+    config.workers = 16;
+    config.request_timeout = request_timeout;
+
+    let a = spawn_as(&sb, config, "a");
+    let patched = |sb: &SandboxHandle| {
+        sb.requests_of(Verb::Patch, Resource::Nodes)
+            .iter()
+            .any(|r| r.status == Some(200))
+    };
+    assert!(sb.wait_until(WAIT, patched).await, "A wrote a podCIDR");
+    // From now on no Lease request succeeds: A loses the Lease at its renew deadline.
+    for verb in [Verb::Get, Verb::Update, Verb::Create] {
+        sb.inject(FaultRule::new(
+            verb,
+            Resource::Leases,
+            1_000_000,
+            FaultAction::Status(500),
+        ));
+    }
+    let ended = a.ended().await;
+    assert!(ended.is_err(), "A lost the Lease and stopped: {ended:?}");
+
+    let requests = sb.requests();
+    let last_renewal = requests
+        .iter()
+        .filter(|r| {
+            r.resource == Some(Resource::Leases)
+                && matches!(r.verb, Some(Verb::Update | Verb::Create))
+                && matches!(r.status, Some(200 | 201))
+        })
+        .map(|r| r.received)
+        .max()
+        .expect("A took the Lease");
+    // A standby may hold the Lease from (at the earliest) the last renewal's arrival + the lease
+    // duration; 1 s of slack for a loaded machine (the bug overshot by seconds).
+    let standby_may_lead = last_renewal + lease_duration + Duration::from_secs(1);
+    let late: Vec<String> = requests
+        .iter()
+        .filter(|r| r.verb == Some(Verb::Patch) && r.resource == Some(Resource::Nodes))
+        .filter(|r| r.received + request_timeout > standby_may_lead)
+        .map(|r| {
+            format!(
+                "{} arrived {:?} after the last renewal",
+                r.name.as_deref().unwrap_or("?"),
+                r.received.duration_since(last_renewal)
+            )
+        })
+        .collect();
+    assert!(
+        late.is_empty(),
+        "PATCHes that could land after a standby took the Lease (lease {lease_duration:?}, \
+         request timeout {request_timeout:?}): {late:?}"
+    );
+    assert!(
+        !unserved(&sb).is_empty(),
+        "Nodes were still waiting when the Lease was lost (else nothing was queued)"
+    );
     sb.shutdown().await;
 }
