@@ -313,6 +313,14 @@ fn bug_configs() -> Vec<(&'static str, Config, &'static str)> {
             ),
             OVERLAP,
         ),
+        (
+            "12",
+            elected(
+                on(|b| b.b12_gate_before_queue = true),
+                budget(|b| b.lease_losses = 1),
+            ),
+            OVERLAP,
+        ),
     ]
 }
 
@@ -327,8 +335,12 @@ fn bug_config(bug: &str) -> (Config, &'static str) {
 /// switch alone.
 #[test]
 fn the_bug_tests_configurations_hold_without_their_bug() {
-    // Bug 9's is `exhaustive_graceful_stop_with_a_write_in_doubt`'s.
-    for (bug, mut config, _) in bug_configs().into_iter().filter(|(b, _, _)| *b != "9") {
+    // Bug 9's is `exhaustive_graceful_stop_with_a_write_in_doubt`'s, bug 12's
+    // `exhaustive_lease_lost_and_taken_over`'s.
+    for (bug, mut config, _) in bug_configs()
+        .into_iter()
+        .filter(|(b, _, _)| !["9", "12"].contains(b))
+    {
         config.bugs = Bugs::default();
         eprintln!("bug {bug}'s configuration without the bug:");
         assert_holds(&check(config, false));
@@ -395,6 +407,12 @@ fn bug_6_an_informer_copy_older_than_a_get_is_found() {
 #[test]
 fn bug_9_a_clean_stop_handing_over_a_write_in_doubt_is_found() {
     let (config, property) = bug_config("9");
+    finds(config, property);
+}
+
+#[test]
+fn bug_12_a_gate_checked_before_the_queue_is_found() {
+    let (config, property) = bug_config("12");
     finds(config, property);
 }
 

@@ -60,6 +60,17 @@ pub struct Bugs {
     /// Bug 9: a cleanly stopping leader released the Lease as soon as its in-flight requests had
     /// answered, with writes still in doubt.
     pub b9_release_with_write_in_doubt: bool,
+    /// Bug 12: the worker checked the write gate *before* the write window and the token bucket
+    /// (`controller/worker.rs` before commit `7444d26`), then sent the PATCH without checking it
+    /// again. A write that passes the gate is queued ([`Replica::queued`]: it holds its window
+    /// slot and waits for a token) and sent by a later [`Step::SendQueued`], gate unchecked, any
+    /// number of ticks later. The token wait was not cut short by anything but the end of the
+    /// process: a stop closed the window (a write still waiting for a *slot* was dropped, which
+    /// the model's SIGTERM does to `to_write`) but the pipeline's wind-down let writes holding a
+    /// slot finish, after a SIGTERM and after a lost Lease alike. So a queued write survives both;
+    /// only `kill -9` drops it, and the process (the replica's incarnation) does not exit —
+    /// release the Lease, restart — before its queued writes are sent.
+    pub b12_gate_before_queue: bool,
 }
 
 /// How many of each fault (and of each environment change) a run may inject. Once all are
@@ -326,6 +337,10 @@ pub struct Replica {
     pub incarnation: u8,
     /// While listing/leading/stopping.
     pub run: Option<Running>,
+    /// Bug 12 only ([`Bugs::b12_gate_before_queue`], always empty without it): writes of this
+    /// incarnation that passed the write gate and wait for a token: name → (uid, block). Kept
+    /// when the Lease is lost (the process winds down, its workers finish), dropped by `kill -9`.
+    pub queued: BTreeMap<u8, (u8, u8)>,
 }
 
 /// The Lease.
@@ -373,8 +388,11 @@ pub enum Step {
     LeaseFault,
     /// Replica `.0` reconciles Node `.1` as its informer shows it.
     Reconcile(u8, u8),
-    /// Replica `.0` sends the PATCH assigned to Node `.1` (the write gate is open).
+    /// Replica `.0` sends the PATCH assigned to Node `.1` (the write gate is open). With bug 12
+    /// the write is queued instead ([`Replica::queued`]).
     StartWrite(u8, u8),
+    /// Bug 12: replica `.0` sends its queued PATCH for Node `.1` without checking the gate again.
+    SendQueued(u8, u8),
     /// Replica `.0` GETs Node `.1` and decides on the answer.
     Reread(u8, u8),
     /// The server handles PATCH `.0` (commits or refuses it).
@@ -517,6 +535,7 @@ impl NodeIpam {
     fn busy(s: &State, r: u8, run: &Running, name: u8) -> bool {
         run.to_write.contains_key(&name)
             || run.reread.contains(&name)
+            || s.replicas[usize::from(r)].queued.contains_key(&name)
             || s.patches.iter().any(|p| {
                 p.replica == r
                     && p.incarnation == s.replicas[usize::from(r)].incarnation
@@ -647,6 +666,7 @@ impl NodeIpam {
         let replica = &mut s.replicas[usize::from(r)];
         replica.phase = Phase::Down;
         replica.run = None;
+        replica.queued.clear();
         for p in &mut s.patches {
             if p.replica == r && p.incarnation == replica.incarnation {
                 p.client_left = None;
@@ -657,6 +677,28 @@ impl NodeIpam {
         }
         s.patches
             .retain(|p| p.server_left.is_some() || p.client_left.is_some());
+    }
+
+    /// Replica `r` sends the PATCH `(uid, block)` for Node `name`. Its client waits for the
+    /// answer while the replica runs; a write sent after the replica's term ended (bug 12: a lost
+    /// Lease) has no one left to read the answer.
+    fn send(&self, s: &mut State, r: u8, name: u8, (uid, block): (u8, u8)) {
+        let replica = &s.replicas[usize::from(r)];
+        let server = if self.config.bugs.b1_server_deadline_past_timeout {
+            T + 1
+        } else {
+            T
+        };
+        s.patches.push(Patch {
+            replica: r,
+            incarnation: replica.incarnation,
+            name,
+            uid,
+            block,
+            server_left: Some(server),
+            result: None,
+            client_left: replica.run.is_some().then_some(T),
+        });
     }
 
     /// Whether a tick now lets a PATCH's deadline pass before the server handled it (the request
@@ -676,7 +718,16 @@ impl NodeIpam {
         for (r, replica) in s.replicas.iter().enumerate() {
             let r = u8::try_from(r).unwrap_or(u8::MAX);
             let me = Some((r, replica.incarnation));
+            // Bug 12: a queued write is sent whatever the replica's phase (a lost Lease ends the
+            // term, not the worker); the process exits only after that.
+            if s.patches.len() < self.config.max_in_flight {
+                for name in replica.queued.keys() {
+                    out.push(Step::SendQueued(r, *name));
+                }
+            }
+            let winding_down = !replica.queued.is_empty();
             match replica.phase {
+                Phase::Down if winding_down => {}
                 Phase::Down => out.push(Step::Restart(r)),
                 Phase::Standby => {
                     let free =
@@ -701,7 +752,7 @@ impl NodeIpam {
                         let hold = !self.config.bugs.b9_release_with_write_in_doubt
                             && Self::in_doubt_pending(run)
                             && (!le || s.lease.holder == me);
-                        if !waiting && !hold {
+                        if !waiting && !hold && !winding_down {
                             out.push(Step::Release(r));
                         }
                         continue;
@@ -714,7 +765,10 @@ impl NodeIpam {
                     for name in &run.reread {
                         out.push(Step::Reread(r, *name));
                     }
-                    if s.patches.len() < self.config.max_in_flight && self.gate_open(s, r, run) {
+                    // With bug 12 passing the gate only queues the write: no PATCH is held yet.
+                    let room = s.patches.len() < self.config.max_in_flight
+                        || self.config.bugs.b12_gate_before_queue;
+                    if room && self.gate_open(s, r, run) {
                         for name in run.to_write.keys() {
                             out.push(Step::StartWrite(r, *name));
                         }
@@ -765,7 +819,8 @@ impl NodeIpam {
                 out.push(Step::Relist(r));
             }
         }
-        if b.adopts > 0 && b.creates == 0 && s.patches.is_empty() {
+        let none_queued = s.replicas.iter().all(|r| r.queued.is_empty());
+        if b.adopts > 0 && b.creates == 0 && s.patches.is_empty() && none_queued {
             let bare: Vec<u8> = (0..s.nodes.len())
                 .filter(|i| s.nodes[*i].is_some_and(|n| n.block.is_none()))
                 .filter_map(|i| u8::try_from(i).ok())
@@ -848,7 +903,9 @@ impl NodeIpam {
                         && s.lease.holder == Some((r, replica.incarnation))
                         && s.lease.age >= RENEW_DEADLINE
                     {
-                        // Lost: stops allocating, keeps no state, does not release.
+                        // Lost: stops allocating, keeps no state, does not release. Its queued
+                        // writes (bug 12) stay: the wind-down lets a worker holding a window slot
+                        // finish.
                         replica.phase = Phase::Down;
                         replica.run = None;
                         let inc = replica.incarnation;
@@ -923,25 +980,21 @@ impl NodeIpam {
             }
             Step::StartWrite(r, name) => {
                 let replica = &mut s.replicas[usize::from(r)];
-                let inc = replica.incarnation;
-                if let Some(run) = replica.run.as_mut()
-                    && let Some((uid, block)) = run.to_write.remove(&name)
-                {
-                    let server = if self.config.bugs.b1_server_deadline_past_timeout {
-                        T + 1
+                let write = replica
+                    .run
+                    .as_mut()
+                    .and_then(|run| run.to_write.remove(&name));
+                if let Some(write) = write {
+                    if self.config.bugs.b12_gate_before_queue {
+                        replica.queued.insert(name, write);
                     } else {
-                        T
-                    };
-                    s.patches.push(Patch {
-                        replica: r,
-                        incarnation: inc,
-                        name,
-                        uid,
-                        block,
-                        server_left: Some(server),
-                        result: None,
-                        client_left: Some(T),
-                    });
+                        self.send(&mut s, r, name, write);
+                    }
+                }
+            }
+            Step::SendQueued(r, name) => {
+                if let Some(write) = s.replicas[usize::from(r)].queued.remove(&name) {
+                    self.send(&mut s, r, name, write);
                 }
             }
             Step::Reread(r, name) => {
@@ -1104,6 +1157,7 @@ impl NodeIpam {
                         return false;
                     };
                     if !(run.watch.is_empty()
+                        && replica.queued.is_empty()
                         && run.work.is_empty()
                         && run.reread.is_empty()
                         && run.to_write.is_empty()
@@ -1200,6 +1254,7 @@ impl Model for NodeIpam {
                 },
                 incarnation: 0,
                 run: None,
+                queued: BTreeMap::new(),
             })
             .collect();
         vec![State {
@@ -1249,7 +1304,11 @@ impl Model for NodeIpam {
             Step::Create(i) => format!("create {}", n(i)),
             Step::Delete(i) => format!("delete {}", n(i)),
             Step::Reconcile(r, i) => format!("r{r}: reconcile {}", n(i)),
+            Step::StartWrite(r, i) if self.config.bugs.b12_gate_before_queue => {
+                format!("r{r}: write gate passed for {}, waits for a token", n(i))
+            }
             Step::StartWrite(r, i) => format!("r{r}: PATCH {}", n(i)),
+            Step::SendQueued(r, i) => format!("r{r}: PATCH {} (gate not checked again)", n(i)),
             Step::Reread(r, i) => format!("r{r}: GET {}", n(i)),
             Step::Acquire(r) if self.config.leader_election => {
                 format!("r{r}: takes the Lease, lists")
