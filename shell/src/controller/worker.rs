@@ -42,7 +42,7 @@ use crate::{Error, metric_names, metrics as m};
 ///   then every write this leader started has been given up (client side, and server side through
 ///   `timeout=`).
 ///
-/// [`WriteGate::wait`] must be the last wait before the request is sent (after the write window
+/// `WriteGate::wait` must be the last wait before the request is sent (after the write window
 /// and the token bucket): it says the Lease is ours *now*, not when the request leaves later.
 #[derive(Debug, Clone)]
 pub struct WriteGate {
