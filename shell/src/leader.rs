@@ -126,6 +126,7 @@
 
 use std::future::Future;
 use std::pin::pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -136,8 +137,13 @@ use kube::api::{Api, PostParams};
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until, timeout_at};
 
+mod intents;
 mod record;
 
+pub use intents::{
+    IntentsUnreadable, MAX_WRITE_INTENTS, WRITE_INTENTS_ANNOTATION, WriteIntent, WriteIntents,
+    intents_of,
+};
 pub use record::record_lease_duration;
 use record::{Observation, claimed_spec, created_spec, holder_of, released_spec};
 
@@ -397,6 +403,9 @@ pub struct LeaderElector {
     /// When the API server last answered a Lease request of ours with the Lease's state (see
     /// [`LeaderElector::lease_contact`]).
     contact: watch::Sender<Option<Instant>>,
+    /// The write intents every Lease write of ours carries (see [`intents`]); `None`: the Lease
+    /// carries none (an elector guarding nothing but itself, as in the unit tests).
+    intents: Option<Arc<WriteIntents>>,
 }
 
 impl LeaderElector {
@@ -415,7 +424,17 @@ impl LeaderElector {
             observation: None,
             maybe_holding: false,
             contact: watch::Sender::new(None),
+            intents: None,
         })
+    }
+
+    /// Keeps `intents` in the Lease: every UPDATE (acquire, renew, release) writes them, a write
+    /// is made at once whenever an intent is added, and a Lease is taken over with the intents it
+    /// holds (see [`intents`]). A Lease whose intents cannot be read is not taken.
+    #[must_use]
+    pub fn with_write_intents(mut self, intents: Arc<WriteIntents>) -> Self {
+        self.intents = Some(intents);
+        self
     }
 
     /// The local monotonic instant at which the API server last told us the Lease's state: a
@@ -512,10 +531,21 @@ impl LeaderElector {
                     last_error,
                 });
             }
+            // A renewal is due at the retry period, or at once when a writer waits for its
+            // intent to be in the Lease (that write renews too) — unless the last try failed:
+            // then the next waits for the retry period as usual.
+            let intents = self.intents.clone().filter(|_| last_error.is_none());
+            let intents_due = async move {
+                match intents {
+                    Some(intents) => intents.changed().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 biased;
                 () = &mut shutdown => return self.stop(state, true).await,
                 () = sleep_until(next_try.min(lost_at)) => {}
+                () = intents_due => {}
             }
             if Instant::now() >= lost_at {
                 continue;
@@ -593,10 +623,19 @@ impl LeaderElector {
         {
             return Err(RequestError::MissingResourceVersion);
         }
-        let lease = Lease {
+        let mut lease = Lease {
             metadata: read.metadata.clone(),
             spec: Some(spec),
         };
+        let carried = self.intents.as_ref().map(|intents| {
+            let (generation, text) = intents.snapshot();
+            lease
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(WRITE_INTENTS_ANNOTATION.to_owned(), text);
+            generation
+        });
         self.maybe_holding = true;
         let written = self
             .request(
@@ -604,6 +643,9 @@ impl LeaderElector {
                     .replace(&self.config.name, &PostParams::default(), &lease),
             )
             .await?;
+        if let (Some(intents), Some(generation)) = (&self.intents, carried) {
+            intents.committed(generation);
+        }
         self.remember(written);
         Ok(())
     }
@@ -649,6 +691,16 @@ impl LeaderElector {
             tracing::debug!(%lease, holder = %other, "the Lease is held and valid");
             return Acquire::Standby { holder };
         }
+        if let Some(intents) = &self.intents {
+            // The intents of every write a predecessor may still land: ours to keep and resolve.
+            match intents_of(&read) {
+                Ok(inherited) => intents.inherit(inherited),
+                Err(error) => {
+                    tracing::error!(%lease, %error, "not taking the Lease");
+                    return Acquire::Standby { holder };
+                }
+            }
+        }
         let old = read.spec.clone().unwrap_or_default();
         let spec = claimed_spec(
             &old,
@@ -671,10 +723,16 @@ impl LeaderElector {
 
     /// CREATE the Lease naming us.
     async fn create(&mut self) -> Acquire {
+        let carried = self.intents.as_ref().map(|intents| intents.snapshot());
         let lease = Lease {
             metadata: ObjectMeta {
                 name: Some(self.config.name.clone()),
                 namespace: Some(self.config.namespace.clone()),
+                annotations: carried.as_ref().map(|(_, text)| {
+                    [(WRITE_INTENTS_ANNOTATION.to_owned(), text.clone())]
+                        .into_iter()
+                        .collect()
+                }),
                 ..ObjectMeta::default()
             },
             spec: Some(created_spec(
@@ -689,6 +747,9 @@ impl LeaderElector {
             .await
         {
             Ok(written) => {
+                if let (Some(intents), Some((generation, _))) = (&self.intents, carried) {
+                    intents.committed(generation);
+                }
                 self.remember(written);
                 Acquire::Acquired
             }

@@ -9,7 +9,10 @@
 //!
 //! And a Lease *lost* with writes queued behind the token bucket (bug 12, chaos seed 35593): no
 //! PATCH may reach the API server so late that it could land after a standby could have taken the
-//! Lease over.
+//! Lease over (liveness now: the write intents make such a PATCH harmless).
+//!
+//! And a PATCH delivered after the Lease passed on, whatever its deadline (issue 30): the
+//! successor inherits its intent with the Lease and never gives its block to another Node.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -239,4 +242,106 @@ async fn writes_queued_behind_the_token_bucket_are_not_sent_after_the_lease_is_l
         "Nodes were still waiting when the Lease was lost (else nothing was queued)"
     );
     sb.shutdown().await;
+}
+
+/// Issue 30: safety without timing. A's PATCH of LATE reaches the API server and is committed
+/// 10 s after it was sent — after its own `timeout=` (2 s), after A was killed (`kill -9`: no
+/// release) and after the Lease (4 s) passed to B, as a TCP connection that stalled through a
+/// partition delivers what it buffered when the partition heals. B serves FIRST (it sorts
+/// before LATE) and every PATCH B sends to LATE is answered 503, so LATE is still without
+/// podCIDRs when the late write lands. Before the fence B knew nothing of A's write: it gave
+/// LATE's block (10.30.0.0/24, the first) to FIRST, and the late write then gave it to LATE too.
+/// Now A's intent was in the Lease before its PATCH left, B takes the Lease with it, keeps that
+/// block for LATE and gives FIRST another one; the intent leaves the Lease once LATE shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_delivered_after_the_lease_passed_on_cannot_give_its_block_to_a_second_node() {
+    init_tracing();
+    let template = fixture(AWS)["items"][1].clone();
+    let sb = Sandbox::start(
+        json!({"kind": "NodeList", "apiVersion": "v1", "items": [node_like(&template, LATE)]}),
+    )
+    .await;
+    let monitor = OverlapMonitor::attach(&sb);
+    let ipam = ipam("10.30.0.0/22", "", masks(None, None, None));
+    sb.inject(
+        FaultRule::new(
+            Verb::Patch,
+            Resource::Nodes,
+            1,
+            FaultAction::DeliveredLate {
+                after: Duration::from_secs(10),
+                answer: LateAnswer::DropConnection,
+            },
+        )
+        .named(LATE),
+    );
+    // Every later PATCH of LATE (B's) fails without an outcome: LATE waits for the late write.
+    sb.inject(
+        FaultRule::new(Verb::Patch, Resource::Nodes, 1000, FaultAction::Status(503)).named(LATE),
+    );
+
+    let a = spawn_as(&sb, config(&ipam, "a"), "a");
+    let ha = a.health.clone();
+    assert!(sb.wait_until(WAIT, |_| ha.is_leading()).await, "A leads");
+    let b = spawn_as(&sb, config(&ipam, "b"), "b");
+    let hb = b.health.clone();
+    assert!(sb.wait_until(WAIT, |_| hb.is_ready()).await, "B stands by");
+    assert!(
+        sb.wait_until(WAIT, |sb| late_write_outcomes(sb)
+            == [LateWriteOutcome::Pending])
+            .await,
+        "A's PATCH of LATE never got the late write"
+    );
+    // The intent was in the Lease before the PATCH was sent.
+    let intents = lease_intents(&sb);
+    assert!(
+        intents.contains("\"node\":\"late\"") && intents.contains("10.30.0.0/24"),
+        "A's intent is in the Lease: {intents}"
+    );
+    a.abort().await;
+    let _ = sb.create_node(node_like(&template, FIRST));
+
+    assert!(
+        sb.wait_until(Duration::from_secs(60), |sb| hb.is_leading()
+            && !pod_cidrs(sb, FIRST).is_empty()
+            && late_write_outcomes(sb)
+                .iter()
+                .all(|o| !matches!(o, LateWriteOutcome::Pending)))
+            .await,
+        "B took over and served FIRST, and the late write ran; late writes {:?}",
+        late_write_outcomes(&sb)
+    );
+    assert!(
+        matches!(
+            late_write_outcomes(&sb).first(),
+            Some(LateWriteOutcome::Committed { .. })
+        ),
+        "the late write landed on LATE: {:?}",
+        late_write_outcomes(&sb)
+    );
+    assert_eq!(pod_cidrs(&sb, LATE), ["10.30.0.0/24"]);
+    assert_ne!(pod_cidrs(&sb, FIRST), pod_cidrs(&sb, LATE));
+    monitor.assert_clean();
+    // LATE shows its podCIDRs: B drops the intent from the Lease with a later write.
+    assert!(
+        sb.wait_until(WAIT, |sb| !lease_intents(sb).contains("\"node\":\"late\""))
+            .await,
+        "the settled intent left the Lease: {}",
+        lease_intents(&sb)
+    );
+
+    sb.clear_faults();
+    let _ = b.stop_outcome().await;
+    sb.shutdown().await;
+}
+
+/// The write intents annotation of the Lease, as stored (empty if none).
+fn lease_intents(sb: &SandboxHandle) -> String {
+    sb.lease("kube-system", LEASE_NAME)
+        .and_then(|lease| {
+            lease["metadata"]["annotations"][nodeipam::leader::WRITE_INTENTS_ANNOTATION]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .unwrap_or_default()
 }

@@ -26,8 +26,10 @@
 mod backoff;
 pub mod cluster_cidrs;
 mod events;
+mod gate;
 pub mod in_doubt;
 pub mod informer;
+mod inherited;
 mod limiter;
 pub mod node;
 pub mod oplog;
@@ -51,12 +53,12 @@ pub use crate::client::{client_for_url, client_from_flags};
 pub use crate::health::{
     Health, metrics_router, router as health_router, serve as serve_health, serve_router,
 };
-pub use crate::leader::{LeaderElector, LeaderError, Leadership, LeaseConfig};
+pub use crate::leader::{LeaderElector, LeaderError, Leadership, LeaseConfig, WriteIntents};
+pub use gate::WriteGate;
 pub use in_doubt::InDoubtWrites;
 pub use informer::InitialList;
 pub use limiter::WriteLimiter;
 pub use queue::WorkQueue;
-pub use worker::WriteGate;
 
 use crate::Error;
 use crate::flags::ControllerFlags;
@@ -279,6 +281,7 @@ async fn run_unelected(
         not_before: tokio::time::Instant::now() + config.startup_write_fence,
         lease: None,
         write_duration: config.request_timeout,
+        intents: None,
     };
     let in_doubt = Arc::new(InDoubtWrites::new());
     let summary = pipeline::run(config, allocator, client, stop, gate, in_doubt).await;
@@ -333,6 +336,8 @@ struct Election {
     release: tokio::sync::oneshot::Sender<()>,
     /// Standby, take-over and loss, one line each, and the leader gauge.
     log: tokio::task::JoinHandle<()>,
+    /// The write intents the elector keeps in the Lease (see [`crate::leader::WriteIntents`]).
+    intents: Arc<WriteIntents>,
 }
 
 /// How standing by ended.
@@ -347,8 +352,10 @@ impl Election {
     /// Starts the elector (its Lease reads feed readiness, see [`Health::watch_lease_contact`])
     /// and the leadership log.
     fn start(client: &Client, lease: LeaseConfig, health: &Health) -> Result<Election, Error> {
-        let elector =
-            LeaderElector::new(client.clone(), lease.clone()).map_err(Error::LeaderElection)?;
+        let intents = Arc::new(WriteIntents::new());
+        let elector = LeaderElector::new(client.clone(), lease.clone())
+            .map_err(Error::LeaderElection)?
+            .with_write_intents(intents.clone());
         // Not ready while the Lease cannot be read (an unreachable API server): see `health`.
         health.watch_lease_contact(elector.lease_contact(), lease.lease_duration);
         crate::metrics::set_leader_status(&lease.name, false);
@@ -369,6 +376,7 @@ impl Election {
             leadership,
             release,
             log,
+            intents,
         })
     }
 
@@ -413,6 +421,7 @@ impl Election {
             not_before: tokio::time::Instant::now(),
             lease: Some(self.leadership.clone()),
             write_duration: config.request_timeout,
+            intents: Some(self.intents.clone()),
         };
         let stop_on_loss = {
             let stop_tx = stop_tx.clone();
@@ -436,6 +445,7 @@ impl Election {
             mut leadership,
             release,
             log,
+            intents: _,
         } = self;
         // Every write has been answered, but one answered without a definite outcome may still
         // be applied by the API server: the Lease stays ours (renewed) until none can land any

@@ -12,12 +12,13 @@ use tokio::sync::watch;
 use super::backoff::RetryBackoff;
 use super::cluster_cidrs;
 use super::events::{self, EVENT_QUEUE_CAPACITY, EventSink};
+use super::gate::WriteGate;
 use super::in_doubt::InDoubtWrites;
 use super::informer::{self, InformerSettings, NodeCache, SyncState};
 use super::oplog::{EXHAUSTION_WARNING_INTERVAL, PerPoolRateLimit};
 use super::waiters::Waiters;
 use super::window::{WRITES_AHEAD_OF_WATCH, WriteWindow};
-use super::worker::{self, Shared, WorkerSettings, WriteGate};
+use super::worker::{self, Shared, WorkerSettings};
 use super::{CONTROLLER_NAME, ControllerConfig, OwnedTask, RunSummary, WorkQueue, WriteLimiter};
 use crate::reconcile::{Action, Allocator, EventSpec, NodeName};
 use crate::{Error, metrics as m};
@@ -74,6 +75,17 @@ pub(super) async fn run(
         return Ok(summary(&allocator));
     }
     let startup_events = startup_occupy(&allocator, &feed.cache, &health, &config.ipam);
+    if let Some(intents) = &write_gate.intents {
+        let inherited = super::inherited::seed_inherited_intents(&allocator, &feed.cache, intents);
+        if inherited != Default::default() {
+            tracing::info!(
+                reserved = inherited.reserved,
+                settled = inherited.settled,
+                conflicting = inherited.conflicting,
+                "resolved the write intents inherited with the Lease"
+            );
+        }
+    }
     health.set_ready(true);
     let mut workers = Workers::start(
         &config,

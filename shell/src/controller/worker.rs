@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use super::backoff::RetryBackoff;
 use super::events::EventSink;
+use super::gate::WriteGate;
 use super::in_doubt::InDoubtWrites;
 use super::informer::NodeCache;
 use super::node::SlimNode;
@@ -24,67 +25,10 @@ use super::waiters::Waiters;
 use super::window::WriteWindow;
 use super::{CONTROLLER_NAME, Health, WorkQueue, WriteLimiter};
 use crate::kube_error::is_client_broken;
-use crate::leader::Leadership;
 use crate::reconcile::{
     Action, Allocator, Decision, EventSpec, MetricEvent, Next, NodeName, PatchOutcome, join,
 };
 use crate::{Error, metric_names, metrics as m};
-
-/// When a new PATCH may start.
-///
-/// - Not before `not_before`: after a restart without leader election, a write the previous
-///   process sent just before it died may still be applied by the API server until that write's
-///   own deadline (`timeout=` = the request timeout) has passed; allocating from a pool that
-///   believes that block free could give it to a second Node. So the first list, and with it
-///   every allocation, waits for this instant as well (`pipeline::run`).
-/// - With leader election, only while the Lease is surely ours for longer than a whole write
-///   ([`Leadership::may_start_write`]): a standby can acquire the Lease only after that, and by
-///   then every write this leader started has been given up (client side, and server side through
-///   `timeout=`).
-///
-/// `WriteGate::wait` must be the last wait before the request is sent (after the write window
-/// and the token bucket): it says the Lease is ours *now*, not when the request leaves later.
-#[derive(Debug, Clone)]
-pub struct WriteGate {
-    /// No write starts before this instant.
-    pub not_before: Instant,
-    /// With leader election: the elector's state.
-    pub lease: Option<watch::Receiver<Leadership>>,
-    /// The longest one write may take: the request timeout.
-    pub write_duration: Duration,
-}
-
-impl WriteGate {
-    /// Waits until a write may start. `false`: it never may (leadership is gone).
-    pub(super) async fn wait(&self) -> bool {
-        tokio::time::sleep_until(self.not_before).await;
-        let Some(lease) = &self.lease else {
-            return true;
-        };
-        let mut lease = lease.clone();
-        loop {
-            {
-                let state = lease.borrow_and_update();
-                if state.may_start_write(Instant::now(), self.write_duration) {
-                    return true;
-                }
-                if matches!(*state, Leadership::Lost | Leadership::Stopped) {
-                    return false;
-                }
-            }
-            // The fence moves with every renewal; a renewal that comes too late means Lost.
-            let next_renewal = tokio::time::sleep(self.write_duration.min(Duration::from_secs(1)));
-            tokio::select! {
-                changed = lease.changed() => {
-                    if changed.is_err() {
-                        return false;
-                    }
-                }
-                () = next_renewal => {}
-            }
-        }
-    }
-}
 
 /// A waiting Node's safety re-check comes after this many times the retry delay cap
 /// (`ControllerConfig::retry_max_delay`, 30 s by default: 5 minutes).
@@ -175,6 +119,13 @@ impl Shared {
     ) -> Decision {
         let mut allocator = lock(&self.allocator);
         let decision = decide(&mut allocator);
+        // A write intent stays in the Lease exactly while its Node's allocation is pending: once
+        // it is not, no write of it can change anything (`leader::intents`).
+        if let Some(intents) = &self.settings.write_gate.intents
+            && !allocator.is_pending(name)
+        {
+            intents.settle(name);
+        }
         let freed: usize = decision
             .metrics
             .iter()
@@ -423,11 +374,20 @@ impl Shared {
                 return;
             };
             self.limiter.acquire().await;
+            // The write's intent in the Lease before anything is sent: whenever the PATCH
+            // arrives, a successor knows it (issue 30; `leader::intents`).
+            let gate = &self.settings.write_gate;
+            if !gate.record_intent(name, uid.as_deref(), &pod_cidrs).await {
+                self.window.written(slot, None);
+                tracing::warn!(node = %name, "not writing: this replica no longer holds the Lease");
+                return;
+            }
             // The write gate last, with nothing to wait for between it and the request: the
             // window and the token bucket can hold a write for seconds, and a write let through
-            // before them could reach the API server after the Lease had passed to a standby
-            // (bug 12, RELIABILITY.md).
-            if !self.settings.write_gate.wait().await {
+            // before them would reach the API server after the Lease could have passed to a
+            // standby (bug 12, RELIABILITY.md) — harmless now that its intent is in the Lease,
+            // but a leader that cannot renew should stop writing (liveness).
+            if !gate.wait().await {
                 self.window.written(slot, None);
                 tracing::warn!(node = %name, "not writing: this replica no longer holds the Lease");
                 return;
@@ -701,6 +661,7 @@ mod tests {
                     not_before: Instant::now(),
                     lease: None,
                     write_duration: Duration::from_secs(1),
+                    intents: None,
                 },
                 in_doubt: Arc::new(InDoubtWrites::new()),
                 waiting_recheck: Duration::from_secs(10),

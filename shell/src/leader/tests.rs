@@ -1132,3 +1132,123 @@ async fn release_of_a_hung_server_is_bounded_by_the_renew_deadline() {
     ));
     assert!(Instant::now() - asked <= RENEW_DEADLINE);
 }
+
+// ---------------------------------------------------------------- write intents (issue 30)
+
+fn spawn_with_intents(api: &FakeApi, config: LeaseConfig) -> (Elector, Arc<WriteIntents>) {
+    let intents = Arc::new(WriteIntents::new());
+    let elector = LeaderElector::new(api.client(&config.identity), config)
+        .expect("valid config")
+        .with_write_intents(intents.clone());
+    let (state_tx, state) = watch::channel(Leadership::default());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(elector.run(state_tx, async move {
+        let _ = stopped.await;
+    }));
+    (
+        Elector {
+            state,
+            stop: Some(stop),
+            task,
+        },
+        intents,
+    )
+}
+
+fn write_intent(node: &str, cidr: &str) -> WriteIntent {
+    WriteIntent {
+        node: node.to_owned(),
+        uid: Some(format!("uid-{node}")),
+        pod_cidrs: vec![cidr.to_owned()],
+    }
+}
+
+fn stored_intents(api: &FakeApi) -> String {
+    api.lease()
+        .and_then(|l| {
+            l["metadata"]["annotations"][WRITE_INTENTS_ANNOTATION]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_added_intent_is_written_at_once_and_a_successor_takes_the_lease_with_it() {
+    let api = FakeApi::default();
+    let (mut a, a_intents) = spawn_with_intents(&api, config("a"));
+    a.leading().await;
+    let writes_before = writes(&api, "a");
+    let recorded_at = Instant::now();
+    let generation = a_intents
+        .record(write_intent("z-3", "10.64.16.0/24"))
+        .expect("room");
+    assert!(
+        a_intents
+            .wait_committed(generation, std::future::pending())
+            .await
+    );
+    assert!(
+        Instant::now() - recorded_at < RETRY_PERIOD,
+        "written at once, not at the next renewal"
+    );
+    assert_eq!(writes(&api, "a"), writes_before + 1, "one Lease write");
+    assert!(stored_intents(&api).contains("10.64.16.0/24"));
+
+    // A dies; B takes the Lease with A's intent and keeps it there.
+    let (mut b, b_intents) = spawn_with_intents(&api, config("b"));
+    a.kill().await;
+    b.leading().await;
+    assert_eq!(
+        b_intents.inherited(),
+        [write_intent("z-3", "10.64.16.0/24")]
+    );
+    assert!(stored_intents(&api).contains("10.64.16.0/24"));
+    // Settled: gone from the Lease at B's next write (a renewal), with no write of its own.
+    let writes_before = writes(&api, "b");
+    b_intents.settle("z-3");
+    tokio::time::sleep(RETRY_PERIOD + secs(0.1)).await;
+    assert_eq!(writes(&api, "b"), writes_before + 1);
+    assert_eq!(stored_intents(&api), "[]");
+    let _ = b.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deposed_holder_cannot_get_an_intent_committed() {
+    let api = FakeApi::default();
+    let (mut a, a_intents) = spawn_with_intents(&api, config("a"));
+    a.leading().await;
+    // Someone else holds the Lease now (as after a takeover A did not see).
+    api.edit_spec(|spec| spec["holderIdentity"] = json!("b"));
+    let generation = a_intents
+        .record(write_intent("z-3", "10.64.16.0/24"))
+        .expect("room");
+    let mut lost = a.state.clone();
+    let committed = a_intents
+        .wait_committed(generation, async move {
+            let _ = lost.wait_for(|l| !l.is_leading()).await;
+        })
+        .await;
+    assert!(!committed, "no intent of a deposed holder is committed");
+    assert!(!stored_intents(&api).contains("z-3"));
+    assert!(matches!(
+        a.stop().await,
+        Err(LeaderError::Superseded { .. })
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_whose_intents_cannot_be_read_is_not_taken() {
+    let api = FakeApi::default();
+    let mut lease = lease_object(Some(json!({"holderIdentity": ""})));
+    lease["metadata"]["annotations"] = json!({ WRITE_INTENTS_ANNOTATION: "[{\"node\": 3}]" });
+    api.put_raw(Some(lease), false);
+    let (mut b, _) = spawn_with_intents(&api, config("b"));
+    assert!(!b.leads_within(RETRY_PERIOD * 5).await);
+    assert_eq!(
+        writes(&api, "b"),
+        0,
+        "nothing written over the unreadable intents"
+    );
+    let _ = b.stop().await;
+}

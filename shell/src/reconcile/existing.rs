@@ -5,7 +5,7 @@ use nodeipam_core::{AllocError, Cidr};
 
 use super::{
     Action, Allocator, Decision, EventKind, EventSpec, MetricEvent, NodeName, NodeRecord, NodeView,
-    RecordState, SkipInfo, SkipKind, join, truncate_note,
+    PendingWrite, RecordState, SkipInfo, SkipKind, join, truncate_note,
 };
 use crate::reasons;
 
@@ -114,6 +114,68 @@ impl Allocator {
         };
         self.set_served(&node.name, served);
         decision.after_metrics(released)
+    }
+
+    /// Reserves `pod_cidrs` for Node `node` as a write in doubt that a predecessor recorded in the
+    /// Lease before sending it (a write intent, see `leader::intents`): its PATCH may still land at
+    /// any time, so the blocks stay the Node's — and are sent to it again, as for any write in
+    /// doubt ([`RecordState::Pending`] with `maybe_sent`) — until the outcome is definite. Call it
+    /// after [`Allocator::startup_occupy`], before the first allocation, for a Node that is listed
+    /// with the intent's uid and no podCIDRs (a Node that has podCIDRs or another uid, or is gone,
+    /// can never take the write: nothing to reserve).
+    ///
+    /// Returns the metrics of the blocks occupied.
+    ///
+    /// # Errors
+    /// Why the CIDRs cannot be reserved (the Node already has a record, they are outside every
+    /// pool or overlap a service CIDR or another Node's): nothing is changed. The caller must
+    /// report it: if that write lands, it lands on CIDRs this replica cannot hold for the Node.
+    pub fn seed_write_in_doubt(
+        &mut self,
+        node: &NodeView,
+        pod_cidrs: &[Cidr],
+    ) -> Result<Vec<MetricEvent>, String> {
+        if node.has_pod_cidrs() {
+            return Err(format!("Node {} already has podCIDRs", node.name));
+        }
+        if let Some(record) = self.nodes.get(&node.name) {
+            return Err(format!(
+                "Node {} already holds {}",
+                node.name,
+                join(&record.held)
+            ));
+        }
+        self.check_in_pool(pod_cidrs).map_err(|skip| skip.reason)?;
+        if let Some(service) = pod_cidrs
+            .iter()
+            .find_map(|c| self.service_cidrs.iter().find(|s| s.overlaps(c)))
+        {
+            return Err(format!("it overlaps service CIDR {service}"));
+        }
+        if let Some(reason) = self.overlap_with_other_node(node, pod_cidrs) {
+            return Err(reason);
+        }
+        let mut occupied = Vec::new();
+        for cidr in pod_cidrs {
+            if let Ok(blocks @ 1..) = self.pool.occupy(*cidr) {
+                occupied.extend(self.occupied_metric(*cidr, blocks));
+            }
+        }
+        let served = self.sizing.serves(&node.labels);
+        self.put(
+            node.name.clone(),
+            NodeRecord {
+                held: pod_cidrs.into(),
+                state: RecordState::Pending(PendingWrite {
+                    failures: 0,
+                    maybe_sent: true,
+                }),
+                uid: node.uid.as_deref().map(Into::into),
+                ahead_of_informer: false,
+                served,
+            },
+        );
+        Ok(occupied)
     }
 
     /// Keeps a Node's podCIDRs that passed [`Allocator::check_existing`]: occupies them and holds

@@ -48,6 +48,18 @@ pub enum FaultAction {
         /// What the client gets.
         answer: LateAnswer,
     },
+    /// A request **delivered late** (issue 30): its bytes were held on a slow or partitioned link
+    /// (a TCP connection delivers what it buffered when the partition heals), so the API server
+    /// runs it `after` it was sent, **whatever its `timeout=`** — kube-apiserver's deadline starts
+    /// when a request arrives, and etcd re-arms gRPC's relative timeout where the transaction
+    /// arrives. Run as [`FaultAction::LateWrite`] (its own task, against the store as it is then)
+    /// but never refused for a passed deadline; the client gets `answer`.
+    DeliveredLate {
+        /// Time from the request's arrival at the sandbox to its commit.
+        after: Duration,
+        /// What the client gets.
+        answer: LateAnswer,
+    },
 }
 
 /// What the client of a [`FaultAction::LateWrite`] gets.

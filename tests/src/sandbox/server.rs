@@ -508,19 +508,24 @@ async fn respond(
             target.name.as_deref(),
         )
     };
-    if let Some(FaultAction::LateWrite {
-        commit_after,
-        answer,
-    }) = &fault
-    {
-        spawn_late_commit(shared, call.clone(), seq, arrival + *commit_after, deadline);
+    let late = match &fault {
+        Some(FaultAction::LateWrite {
+            commit_after,
+            answer,
+        }) => Some((*commit_after, *answer, deadline)),
+        // Delivered late: no deadline can stop it (see the variant's doc).
+        Some(FaultAction::DeliveredLate { after, answer }) => Some((*after, *answer, None)),
+        _ => None,
+    };
+    if let Some((commit_after, answer, deadline)) = late {
+        spawn_late_commit(shared, call.clone(), seq, arrival + commit_after, deadline);
         return match (answer, conn) {
             (LateAnswer::DropConnection, Some(conn)) => {
                 conn.kill();
                 Answer::Dropped(timeout_filter_response())
             }
             (LateAnswer::Timeout { after }, _) => {
-                hold_until(shared, arrival + *after).await;
+                hold_until(shared, arrival + after).await;
                 Answer::Sent(timeout_filter_response())
             }
             // Not served through the killable listener (not expected): time out at once.
@@ -805,7 +810,8 @@ fn parse_verb(s: &str) -> Option<Verb> {
 /// "status":500}` or with `"retryAfterSeconds":N`, `"hangMs":N`, `"delayMs":N`,
 /// `"commitThenStatus":C`, `"commitThenHangMs":N`, `"watchError":C` or
 /// `"lateWrite":{"commitAfterMs":N,"answer":"timeout","answerAfterMs":M}` /
-/// `"lateWrite":{"commitAfterMs":N,"answer":"drop"}` instead of `status`.
+/// `"lateWrite":{"commitAfterMs":N,"answer":"drop"}` /
+/// `"deliveredLate":{"afterMs":N,"answer":"drop"}` instead of `status`.
 ///
 /// # Errors
 /// 400 for an unknown verb, resource or action, or a malformed late write.
@@ -844,6 +850,27 @@ pub fn parse_fault(v: &Value) -> Result<FaultRule, ApiError> {
         FaultAction::CommitThenHang(Duration::from_millis(ms))
     } else if let Some(c) = n("watchError") {
         FaultAction::WatchError(u16::try_from(c).map_err(|_| ApiError::bad_request("bad status"))?)
+    } else if let Some(late) = v.get("deliveredLate") {
+        let after = late
+            .get("afterMs")
+            .and_then(Value::as_u64)
+            .map(Duration::from_millis)
+            .ok_or_else(|| ApiError::bad_request("deliveredLate needs afterMs"))?;
+        let answer = match late.get("answer").and_then(Value::as_str) {
+            Some("timeout") => LateAnswer::Timeout {
+                after: late
+                    .get("answerAfterMs")
+                    .and_then(Value::as_u64)
+                    .map_or(Duration::ZERO, Duration::from_millis),
+            },
+            Some("drop") => LateAnswer::DropConnection,
+            _ => {
+                return Err(ApiError::bad_request(
+                    "deliveredLate.answer must be \"timeout\" or \"drop\"",
+                ));
+            }
+        };
+        FaultAction::DeliveredLate { after, answer }
     } else if let Some(late) = v.get("lateWrite") {
         let ms = |k: &str| {
             late.get(k)
@@ -869,7 +896,7 @@ pub fn parse_fault(v: &Value) -> Result<FaultRule, ApiError> {
         }
     } else {
         return Err(ApiError::bad_request(
-            "fault needs one of status, retryAfterSeconds, hangMs, delayMs, commitThenStatus, commitThenHangMs, watchError, lateWrite",
+            "fault needs one of status, retryAfterSeconds, hangMs, delayMs, commitThenStatus, commitThenHangMs, watchError, lateWrite, deliveredLate",
         ));
     };
     Ok(FaultRule {

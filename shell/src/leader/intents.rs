@@ -1,0 +1,398 @@
+//! Write intents: the fence the API server enforces for Node writes (issue 30).
+//!
+//! Every PATCH of a Node's `spec.podCIDRs` that a replica sends has its **intent** — the Node's
+//! name, its `metadata.uid` and the podCIDRs — committed in the Lease object first, by a
+//! `metadata.resourceVersion`-preconditioned UPDATE that the replica makes as the Lease's holder.
+//! A successor can take the Lease only by an UPDATE preconditioned on the version it read (the
+//! compare-and-swap the election already rests on), and that UPDATE carries the intents it read
+//! along. So:
+//!
+//! - every PATCH a deposed holder could ever land, however late the network delivers it, is named
+//!   in the Lease its successor took: the successor reserves those blocks for those Nodes (as
+//!   writes in doubt) before it allocates anything, and sends the same podCIDRs itself;
+//! - a deposed holder cannot record a new intent (its UPDATE carries an old resourceVersion: 409),
+//!   so it can never send a PATCH its successor does not know about.
+//!
+//! No step of this depends on time: a request, or kube-apiserver's transaction to etcd, may be
+//! delivered at any later moment. Leases, deadlines and write gates now only decide *when* a
+//! standby takes over (liveness). An intent leaves the Lease (lazily, with a later write) once its
+//! write can no longer change anything: the PATCH was applied or refused for good, the Node showed
+//! podCIDRs (immutable once set: a late write can only repeat them or be refused), or the Node
+//! object is gone (PATCHes pin `metadata.uid`: a late write can never land on a re-created Node).
+//!
+//! The intents live in the Lease annotation [`WRITE_INTENTS_ANNOTATION`] as a JSON array of
+//! `{"node", "uid", "podCIDRs"}` objects, sorted by node name, at most [`MAX_WRITE_INTENTS`] of
+//! them (about 120 bytes each: well inside the API server's 256 KiB limit on annotations).
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+/// The Lease annotation holding the write intents.
+pub const WRITE_INTENTS_ANNOTATION: &str = "nodeipam.io/write-intents";
+
+/// At most this many intents are held at once (writes in flight plus writes in doubt). A writer
+/// that finds the log full waits until one leaves (liveness only). 1,024 intents of a 63-character
+/// name, a uid and two CIDRs take ~150 KiB, inside the API server's 256 KiB for all annotations.
+pub const MAX_WRITE_INTENTS: usize = 1024;
+
+/// One Node write that may be in flight: PATCH `spec.podCIDRs` = `pod_cidrs` on Node `node`,
+/// object `uid`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteIntent {
+    /// `metadata.name` of the Node.
+    pub node: String,
+    /// `metadata.uid` the PATCH is pinned to (`None`: the Node had none, e.g. a test double).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    /// The podCIDRs written, canonical CIDR text, first family first.
+    #[serde(rename = "podCIDRs")]
+    pub pod_cidrs: Vec<String>,
+}
+
+/// The Lease's intents could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the Lease annotation {WRITE_INTENTS_ANNOTATION} does not hold write intents ({reason}); a \
+     replica cannot know which Node writes may still land, so it does not take this Lease — \
+     remove the annotation only once no earlier replica's write can still reach the API server"
+)]
+pub struct IntentsUnreadable {
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// The intents a Lease holds (none without the annotation).
+///
+/// # Errors
+/// [`IntentsUnreadable`] when the annotation is not a JSON array of intents, holds a Node twice or
+/// more than [`MAX_WRITE_INTENTS`].
+pub fn intents_of(lease: &Lease) -> Result<BTreeMap<String, WriteIntent>, IntentsUnreadable> {
+    let Some(text) = lease
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(WRITE_INTENTS_ANNOTATION))
+    else {
+        return Ok(BTreeMap::new());
+    };
+    let list: Vec<WriteIntent> = serde_json::from_str(text).map_err(|e| IntentsUnreadable {
+        reason: e.to_string(),
+    })?;
+    if list.len() > MAX_WRITE_INTENTS {
+        return Err(IntentsUnreadable {
+            reason: format!("{} intents, at most {MAX_WRITE_INTENTS}", list.len()),
+        });
+    }
+    let mut intents = BTreeMap::new();
+    for intent in list {
+        let node = intent.node.clone();
+        if intents.insert(node.clone(), intent).is_some() {
+            return Err(IntentsUnreadable {
+                reason: format!("Node {node:?} is named twice"),
+            });
+        }
+    }
+    Ok(intents)
+}
+
+/// The annotation value for `intents` (`[]` when empty).
+fn encode(intents: &BTreeMap<String, WriteIntent>) -> String {
+    let list: Vec<&WriteIntent> = intents.values().collect();
+    // Serializing plain strings cannot fail.
+    serde_json::to_string(&list).unwrap_or_else(|_| "[]".to_owned())
+}
+
+/// The intents this replica wants the Lease to hold, and which of them a committed Lease write
+/// holds. Shared by the workers ([`WriteIntents::record`], [`WriteIntents::settle`]) and the
+/// elector (which writes them with every Lease UPDATE: [`WriteIntents::snapshot`],
+/// [`WriteIntents::committed`]).
+#[derive(Debug)]
+pub struct WriteIntents {
+    state: Mutex<State>,
+    /// The generation of the wanted set; bumped by every change a writer waits for.
+    wanted: watch::Sender<u64>,
+    /// The generation of the wanted set that the last committed Lease write carried.
+    committed: watch::Sender<u64>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    wanted: BTreeMap<String, WriteIntent>,
+    generation: u64,
+    /// What a predecessor left in the Lease when we took it.
+    inherited: BTreeMap<String, WriteIntent>,
+}
+
+impl Default for WriteIntents {
+    fn default() -> Self {
+        WriteIntents::new()
+    }
+}
+
+impl WriteIntents {
+    /// An empty log.
+    pub fn new() -> WriteIntents {
+        WriteIntents {
+            state: Mutex::new(State::default()),
+            wanted: watch::Sender::new(0),
+            committed: watch::Sender::new(0),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds (or replaces) the intent for `intent.node` and returns the generation a committed Lease
+    /// write must reach before the PATCH may be sent ([`WriteIntents::wait_committed`]). `None`
+    /// when the log is full ([`MAX_WRITE_INTENTS`]) and this Node has no intent yet.
+    pub fn record(&self, intent: WriteIntent) -> Option<u64> {
+        let mut state = self.lock();
+        if state.wanted.get(&intent.node) == Some(&intent) {
+            return Some(state.generation);
+        }
+        if !state.wanted.contains_key(&intent.node) && state.wanted.len() >= MAX_WRITE_INTENTS {
+            return None;
+        }
+        state.wanted.insert(intent.node.clone(), intent);
+        state.generation += 1;
+        let generation = state.generation;
+        drop(state);
+        self.wanted.send_replace(generation);
+        Some(generation)
+    }
+
+    /// Drops Node `node`'s intent: its write can no longer change anything. Written with the next
+    /// Lease UPDATE (no write of its own). Wakes writers waiting for room.
+    pub fn settle(&self, node: &str) {
+        let mut state = self.lock();
+        if state.wanted.remove(node).is_some() {
+            // Not a generation a writer waits for: nothing is written for a removal alone.
+            drop(state);
+            self.committed.send_modify(|_| {});
+        }
+    }
+
+    /// Whether Node `node` has an intent.
+    pub fn contains(&self, node: &str) -> bool {
+        self.lock().wanted.contains_key(node)
+    }
+
+    /// Number of intents held.
+    pub fn len(&self) -> usize {
+        self.lock().wanted.len()
+    }
+
+    /// Whether no intent is held.
+    pub fn is_empty(&self) -> bool {
+        self.lock().wanted.is_empty()
+    }
+
+    /// Takes over a Lease's intents when taking the Lease (a standby, which has none of its own):
+    /// they become ours to keep in the Lease (and to resolve) and are remembered as
+    /// [`WriteIntents::inherited`].
+    pub fn inherit(&self, intents: BTreeMap<String, WriteIntent>) {
+        let mut state = self.lock();
+        state.wanted = intents.clone();
+        state.inherited = intents;
+        state.generation += 1;
+    }
+
+    /// The intents inherited at acquisition (sorted by Node name).
+    pub fn inherited(&self) -> Vec<WriteIntent> {
+        self.lock().inherited.values().cloned().collect()
+    }
+
+    /// What a Lease write must carry now: the wanted generation and the annotation value.
+    pub fn snapshot(&self) -> (u64, String) {
+        let state = self.lock();
+        (state.generation, encode(&state.wanted))
+    }
+
+    /// Whether intents were added since the last committed write (a write is due at once).
+    pub fn is_dirty(&self) -> bool {
+        *self.wanted.borrow() > *self.committed.borrow()
+    }
+
+    /// Resolves when [`WriteIntents::is_dirty`] may have become true.
+    pub async fn changed(&self) {
+        let mut wanted = self.wanted.subscribe();
+        let _ = wanted.wait_for(|w| *w > *self.committed.borrow()).await;
+    }
+
+    /// A Lease write carrying generation `generation` committed.
+    pub fn committed(&self, generation: u64) {
+        self.committed.send_if_modified(|c| {
+            let newer = generation > *c;
+            if newer {
+                *c = generation;
+            }
+            newer
+        });
+    }
+
+    /// Waits until a committed Lease write carried generation `generation` (`true`), or until
+    /// `give_up` resolves (`false`).
+    pub async fn wait_committed(
+        &self,
+        generation: u64,
+        give_up: impl std::future::Future<Output = ()>,
+    ) -> bool {
+        let mut committed = self.committed.subscribe();
+        tokio::select! {
+            biased;
+            done = committed.wait_for(|c| *c >= generation) => done.is_ok(),
+            () = give_up => false,
+        }
+    }
+
+    /// Waits until the log has room or `give_up` resolves; `false` if it gave up.
+    pub async fn wait_for_room(&self, give_up: impl std::future::Future<Output = ()>) -> bool {
+        let mut committed = self.committed.subscribe();
+        tokio::select! {
+            biased;
+            room = committed.wait_for(|_| self.len() < MAX_WRITE_INTENTS) => room.is_ok(),
+            () = give_up => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn intent(node: &str, cidr: &str) -> WriteIntent {
+        WriteIntent {
+            node: node.to_owned(),
+            uid: Some(format!("uid-{node}")),
+            pod_cidrs: vec![cidr.to_owned()],
+        }
+    }
+
+    fn lease_with(annotation: Option<&str>) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                annotations: annotation.map(|a| {
+                    [(WRITE_INTENTS_ANNOTATION.to_owned(), a.to_owned())]
+                        .into_iter()
+                        .collect()
+                }),
+                ..ObjectMeta::default()
+            },
+            spec: None,
+        }
+    }
+
+    #[test]
+    fn intents_round_trip_through_the_annotation_sorted_by_node() {
+        let log = WriteIntents::new();
+        log.record(intent("b", "10.0.1.0/24"));
+        log.record(intent("a", "10.0.0.0/24"));
+        let (generation, text) = log.snapshot();
+        assert_eq!(generation, 2);
+        assert_eq!(
+            text,
+            r#"[{"node":"a","uid":"uid-a","podCIDRs":["10.0.0.0/24"]},{"node":"b","uid":"uid-b","podCIDRs":["10.0.1.0/24"]}]"#
+        );
+        let read = intents_of(&lease_with(Some(&text))).unwrap();
+        assert_eq!(
+            read.values().cloned().collect::<Vec<_>>(),
+            vec![intent("a", "10.0.0.0/24"), intent("b", "10.0.1.0/24")]
+        );
+    }
+
+    #[test]
+    fn a_lease_without_the_annotation_holds_no_intent() {
+        assert!(intents_of(&lease_with(None)).unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_unreadable_annotation_is_an_error_naming_it() {
+        for bad in [
+            "not json",
+            "{}",
+            r#"[{"node":"a"}]"#,
+            r#"[{"node":"a","podCIDRs":["x"]},{"node":"a","podCIDRs":["y"]}]"#,
+        ] {
+            let error = intents_of(&lease_with(Some(bad))).unwrap_err();
+            assert!(
+                error.to_string().contains(WRITE_INTENTS_ANNOTATION),
+                "{bad}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn recording_the_same_intent_again_needs_no_new_write() {
+        let log = WriteIntents::new();
+        let first = log.record(intent("a", "10.0.0.0/24")).unwrap();
+        log.committed(first);
+        assert!(!log.is_dirty());
+        assert_eq!(log.record(intent("a", "10.0.0.0/24")), Some(first));
+        assert!(!log.is_dirty());
+        let changed = log.record(intent("a", "10.0.9.0/24")).unwrap();
+        assert!(changed > first && log.is_dirty());
+    }
+
+    #[test]
+    fn settling_removes_the_intent_without_asking_for_a_write() {
+        let log = WriteIntents::new();
+        let generation = log.record(intent("a", "10.0.0.0/24")).unwrap();
+        log.committed(generation);
+        log.settle("a");
+        assert!(log.is_empty() && !log.is_dirty());
+        assert_eq!(log.snapshot().1, "[]");
+    }
+
+    #[test]
+    fn a_full_log_refuses_a_new_node_but_not_a_known_one() {
+        let log = WriteIntents::new();
+        for n in 0..MAX_WRITE_INTENTS {
+            assert!(
+                log.record(intent(&format!("n{n}"), "10.0.0.0/24"))
+                    .is_some()
+            );
+        }
+        assert_eq!(log.record(intent("new", "10.0.0.0/24")), None);
+        assert!(log.record(intent("n0", "10.0.1.0/24")).is_some());
+        log.settle("n1");
+        assert!(log.record(intent("new", "10.0.0.0/24")).is_some());
+    }
+
+    #[test]
+    fn inherited_intents_are_kept_and_remembered() {
+        let log = WriteIntents::new();
+        let old: BTreeMap<_, _> = [("z-3".to_owned(), intent("z-3", "10.64.16.0/24"))]
+            .into_iter()
+            .collect();
+        log.inherit(old);
+        assert_eq!(log.inherited(), vec![intent("z-3", "10.64.16.0/24")]);
+        assert!(log.contains("z-3"));
+        assert!(log.snapshot().1.contains("10.64.16.0/24"));
+    }
+
+    #[tokio::test]
+    async fn a_writer_waits_for_the_commit_of_its_generation() {
+        let log = std::sync::Arc::new(WriteIntents::new());
+        let generation = log.record(intent("a", "10.0.0.0/24")).unwrap();
+        let waiting = {
+            let log = log.clone();
+            tokio::spawn(
+                async move { log.wait_committed(generation, std::future::pending()).await },
+            )
+        };
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        log.committed(generation);
+        assert!(waiting.await.unwrap());
+        assert!(
+            !log.wait_committed(generation + 1, std::future::ready(()))
+                .await
+        );
+    }
+}
