@@ -406,6 +406,8 @@ pub struct LeaderElector {
     /// The write intents every Lease write of ours carries (see [`intents`]); `None`: the Lease
     /// carries none (an elector guarding nothing but itself, as in the unit tests).
     intents: Option<Arc<WriteIntents>>,
+    /// Take the Lease at the first try, whoever holds it ([`LeaderElector::taking_over_at_once`]).
+    take_at_once: bool,
 }
 
 impl LeaderElector {
@@ -425,7 +427,20 @@ impl LeaderElector {
             maybe_holding: false,
             contact: watch::Sender::new(None),
             intents: None,
+            take_at_once: false,
         })
+    }
+
+    /// Takes the Lease at the first try, without waiting for its holder's lease to expire: for a
+    /// replica that runs **without leader election** and keeps the Lease only as the home of its
+    /// write intents ([`LeaderElector::with_write_intents`]). The takeover is still a
+    /// resourceVersion-preconditioned UPDATE that carries the intents it read along, so an earlier
+    /// process's writes are inherited and that process can record no new one (it loses the Lease
+    /// at its next write); nothing about safety waits for time.
+    #[must_use]
+    pub fn taking_over_at_once(mut self) -> Self {
+        self.take_at_once = true;
+        self
     }
 
     /// Keeps `intents` in the Lease: every UPDATE (acquire, renew, release) writes them, a write
@@ -686,6 +701,7 @@ impl LeaderElector {
         let holder = holder_of(read.spec.as_ref()).map(str::to_owned);
         if let (Some(other), Some(seen)) = (&holder, &self.observation)
             && *other != self.config.identity
+            && !self.take_at_once
             && seen.is_valid(Instant::now(), self.config.lease_duration)
         {
             tracing::debug!(%lease, holder = %other, "the Lease is held and valid");

@@ -345,3 +345,69 @@ fn lease_intents(sb: &SandboxHandle) -> String {
         })
         .unwrap_or_default()
 }
+
+/// The same without leader election (issue 30): the write intents live in the same Lease, which a
+/// replica started without leader election takes at once — no waiting for an earlier process's
+/// lease, and no start-up write fence: the Lease's compare-and-swap is the fence. A, without
+/// leader election, is killed with its PATCH of LATE still on the wire (applied 10 s later,
+/// whatever its `timeout=`); B, its replacement, starts at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_leader_election_a_restarted_controller_inherits_the_writes_still_on_the_wire() {
+    init_tracing();
+    let template = fixture(AWS)["items"][1].clone();
+    let sb = Sandbox::start(
+        json!({"kind": "NodeList", "apiVersion": "v1", "items": [node_like(&template, LATE)]}),
+    )
+    .await;
+    let monitor = OverlapMonitor::attach(&sb);
+    let ipam = ipam("10.30.0.0/22", "", masks(None, None, None));
+    sb.inject(
+        FaultRule::new(
+            Verb::Patch,
+            Resource::Nodes,
+            1,
+            FaultAction::DeliveredLate {
+                after: Duration::from_secs(10),
+                answer: LateAnswer::DropConnection,
+            },
+        )
+        .named(LATE),
+    );
+    sb.inject(
+        FaultRule::new(Verb::Patch, Resource::Nodes, 1000, FaultAction::Status(503)).named(LATE),
+    );
+    let unelected = |identity: &str| {
+        let mut config = config(&ipam, identity);
+        config.fence_lease = config.leader_election.take();
+        config
+    };
+
+    let a = spawn_as(&sb, unelected("a"), "a");
+    assert!(
+        sb.wait_until(WAIT, |sb| late_write_outcomes(sb)
+            == [LateWriteOutcome::Pending])
+            .await,
+        "A's PATCH of LATE never got the late write"
+    );
+    a.abort().await;
+    let _ = sb.create_node(node_like(&template, FIRST));
+    let b = spawn_as(&sb, unelected("b"), "b");
+    assert!(
+        sb.wait_until(WAIT, |sb| !pod_cidrs(sb, FIRST).is_empty())
+            .await,
+        "B served FIRST"
+    );
+    assert!(
+        sb.wait_until(Duration::from_secs(60), |sb| late_write_outcomes(sb)
+            .iter()
+            .all(|o| !matches!(o, LateWriteOutcome::Pending)))
+            .await,
+        "the late write ran"
+    );
+    assert_eq!(pod_cidrs(&sb, LATE), ["10.30.0.0/24"]);
+    assert_ne!(pod_cidrs(&sb, FIRST), pod_cidrs(&sb, LATE));
+    monitor.assert_clean();
+    sb.clear_faults();
+    let _ = b.stop_outcome().await;
+    sb.shutdown().await;
+}

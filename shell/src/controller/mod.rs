@@ -107,6 +107,13 @@ pub struct ControllerConfig {
     /// deadline first (default 0 in [`ControllerConfig::new`]; the request timeout when built
     /// from flags).
     pub startup_write_fence: Duration,
+    /// Without leader election (`leader_election` `None`): the Lease that keeps the write intents
+    /// (`leader::intents`), taken at once at start-up ([`LeaderElector::taking_over_at_once`]) —
+    /// the same fence as with leader election, without waiting for an earlier process's lease.
+    /// `None` (the default of [`ControllerConfig::new`]): no intents are kept, and safety after a
+    /// restart rests on `startup_write_fence` (a timing assumption). Built from flags it is the
+    /// `--leader-elect-resource-*` Lease.
+    pub fence_lease: Option<LeaseConfig>,
     /// `--cidr-allocator-type=MultiCIDRRangeAllocator`: list and watch the `nodeipam.io`
     /// ClusterCIDR objects and serve their pools beside the flag CIDRs ([`cluster_cidrs`]), and
     /// keep every Node label (their node selectors may read any). Default `false`: nothing
@@ -132,6 +139,7 @@ impl ControllerConfig {
             workers: DEFAULT_WORKERS,
             initial_list: InitialList::Streaming,
             startup_write_fence: Duration::ZERO,
+            fence_lease: None,
             cluster_cidrs: false,
         }
     }
@@ -144,17 +152,18 @@ impl ControllerConfig {
         config.kube_api_burst = flags.kube_api_burst;
         config.instance = Some(identity.clone());
         config.workers = flags.node_cidr_update_workers;
+        let lease = LeaseConfig {
+            namespace: flags.leader_elect_resource_namespace.clone(),
+            name: flags.leader_elect_resource_name.clone(),
+            identity,
+            lease_duration: flags.leader_elect_lease_duration,
+            renew_deadline: flags.leader_elect_renew_deadline,
+            retry_period: flags.leader_elect_retry_period,
+        };
         if flags.leader_elect {
-            config.leader_election = Some(LeaseConfig {
-                namespace: flags.leader_elect_resource_namespace.clone(),
-                name: flags.leader_elect_resource_name.clone(),
-                identity,
-                lease_duration: flags.leader_elect_lease_duration,
-                renew_deadline: flags.leader_elect_renew_deadline,
-                retry_period: flags.leader_elect_retry_period,
-            });
+            config.leader_election = Some(lease);
         } else {
-            config.startup_write_fence = config.request_timeout;
+            config.fence_lease = Some(lease);
         }
         config
     }
@@ -261,14 +270,28 @@ pub async fn run_with_allocator(
             let _ = stop_tx.send(true);
         })
     };
-    match config.leader_election.clone() {
+    let elected = match (config.leader_election.clone(), config.fence_lease.clone()) {
+        (Some(lease), _) => Some((lease, Takeover::AfterExpiry)),
+        (None, Some(lease)) => Some((lease, Takeover::AtOnce)),
+        (None, None) => None,
+    };
+    match elected {
         None => run_unelected(config, allocator, client, stop_rx).await,
         Some(lease) => run_elected(config, lease, allocator, client, (stop_tx, stop_rx)).await,
     }
 }
 
-/// Without leader election: one allocating term, its writes held back by the start-up write
-/// fence. A write in doubt at the end is the next process's start-up write fence's to wait out.
+/// How a replica takes the Lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Takeover {
+    /// Leader election: once the holder's lease has expired (client-go's rule).
+    AfterExpiry,
+    /// Without leader election, the Lease only keeps the write intents: at the first try.
+    AtOnce,
+}
+
+/// Without leader election and without a fence Lease: one allocating term, its writes held back
+/// by the start-up write fence. A write in doubt at the end is the next process's start-up write fence's to wait out.
 async fn run_unelected(
     config: ControllerConfig,
     allocator: Allocator,
@@ -294,14 +317,14 @@ async fn run_unelected(
 /// released or lost).
 async fn run_elected(
     mut config: ControllerConfig,
-    lease: LeaseConfig,
+    (lease, takeover): (LeaseConfig, Takeover),
     allocator: Allocator,
     client: Client,
     (stop_tx, stop): (watch::Sender<bool>, watch::Receiver<bool>),
 ) -> Result<RunSummary, Error> {
     config.request_timeout = write_timeout(config.request_timeout, &lease);
     let health = config.health.clone();
-    let election = Election::start(&client, lease, &health)?;
+    let election = Election::start(&client, lease, takeover, &health)?;
     // A standby whose elector runs could take over: it counts as ready.
     health.set_ready(true);
     let election = match election.stand_by(stop.clone(), &health).await {
@@ -351,11 +374,19 @@ enum Standby {
 impl Election {
     /// Starts the elector (its Lease reads feed readiness, see [`Health::watch_lease_contact`])
     /// and the leadership log.
-    fn start(client: &Client, lease: LeaseConfig, health: &Health) -> Result<Election, Error> {
+    fn start(
+        client: &Client,
+        lease: LeaseConfig,
+        takeover: Takeover,
+        health: &Health,
+    ) -> Result<Election, Error> {
         let intents = Arc::new(WriteIntents::new());
-        let elector = LeaderElector::new(client.clone(), lease.clone())
+        let mut elector = LeaderElector::new(client.clone(), lease.clone())
             .map_err(Error::LeaderElection)?
             .with_write_intents(intents.clone());
+        if takeover == Takeover::AtOnce {
+            elector = elector.taking_over_at_once();
+        }
         // Not ready while the Lease cannot be read (an unreachable API server): see `health`.
         health.watch_lease_contact(elector.lease_contact(), lease.lease_duration);
         crate::metrics::set_leader_status(&lease.name, false);
