@@ -852,8 +852,9 @@ mod tests {
         ] {
             assert!(NodeSelector::parse(text).is_err(), "{text:?}");
         }
+        // Huge inputs end (no recursion limit hit, no quadratic blow-up that would stall the
+        // suite); how fast is the benches' to measure, not a wall-clock bound's.
         let many = vec!["a=b"; 250_000].join(",");
-        let started = std::time::Instant::now();
         assert_eq!(NodeSelector::parse(&many).unwrap().label_keys(), ["a"]);
         let long_value = format!("x in ({})", vec!["v"; 300_000].join(","));
         assert_eq!(parsed(&long_value).len(), 1);
@@ -863,11 +864,6 @@ mod tests {
             NodeSelector::parse(&" ".repeat(1_000_000))
                 .unwrap()
                 .selects_all()
-        );
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(10),
-            "{:?}",
-            started.elapsed()
         );
     }
 

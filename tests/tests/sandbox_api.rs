@@ -653,10 +653,10 @@ async fn faults_fail_delay_and_commit_then_fail() {
         1,
         FaultAction::Hang(Duration::from_secs(5)),
     );
-    let started = std::time::Instant::now();
     let r = impatient.get(&name).await;
+    // The client's own read timeout ended it, not the server's 504 after the hang.
     assert!(
-        r.is_err() && started.elapsed() < Duration::from_secs(4),
+        matches!(&r, Err(e) if !matches!(e, kube::Error::Api(_))),
         "{r:?}"
     );
     // Delay.
@@ -716,9 +716,12 @@ async fn requests_whose_client_gave_up_are_logged() {
         let r = impatient
             .patch(n, &PatchParams::default(), &Patch::Merge(&patch))
             .await;
-        assert!(r.is_err(), "{n}: the client gave up: {r:?}");
+        // The client's read timeout ended it (a transport error), not the server's 504.
+        assert!(
+            matches!(&r, Err(e) if !matches!(e, kube::Error::Api(_))),
+            "{n}: the client gave up: {r:?}"
+        );
     }
-    assert!(started.elapsed() < 2 * hold, "the client did not wait");
     assert!(sb.pending_faults().is_empty());
     assert_eq!(
         sb.node(&committed).expect("node")["metadata"]["labels"]["hung"],
