@@ -1,0 +1,159 @@
+//! Issue 32 item 1 (chaos seed 41789, made deterministic): the finalizer of a ClusterCIDR being
+//! deleted must not come off while a Node holds a block inside its ranges, however late its
+//! removal commits.
+//!
+//! `pool-2` and `pool-3` have identical ranges (`10.120.0.0/20`, /24 blocks), selectors `grp=a` and
+//! `grp=b`; `pool-3` holds nothing. Its PATCHes are held 800 ms by the sandbox before they are
+//! applied (`delayMs`; on a real server API Priority and Fairness queueing or a slow etcd does the
+//! same). `pool-3` is deleted while 12 `grp=a` Nodes arrive 50 ms apart: they are served from
+//! `pool-2`, inside `pool-3`'s range. A commit observer keeps every Node's podCIDRs in commit
+//! order and, at the commit that takes `pool-3`'s finalizer off, counts the Nodes holding a block
+//! inside `10.120.0.0/20`: it must be 0. (Whether the removal commits before the Nodes are served
+//! or after they are deleted depends on the interleaving; both are right.)
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use nodeipam_tests::sandbox::{
+    ChangeType, Commit, FaultAction, FaultRule, Resource, Sandbox, Verb,
+};
+use serde_json::{Value, json};
+
+use super::common::{
+    WAIT, create_cluster_cidr, delete_cluster_cidr, has_finalizer, init_tracing, node_like, spawn,
+    template_node, wait_cluster_cidr, with_cluster_cidrs,
+};
+
+/// What the observer saw: each Node's podCIDRs now, and the holders counted at each commit that
+/// removed `pool-3`'s finalizer.
+#[derive(Debug, Default)]
+struct Seen {
+    pod_cidrs: BTreeMap<String, Vec<String>>,
+    holders_at_removal: Vec<Vec<String>>,
+}
+
+/// Whether `cidr` (text) lies inside `10.120.0.0/20`.
+fn inside_pool_range(cidr: &str) -> bool {
+    let Some((addr, len)) = cidr.split_once('/') else {
+        return false;
+    };
+    let (Ok(addr), Ok(len)) = (addr.parse::<std::net::Ipv4Addr>(), len.parse::<u8>()) else {
+        return false;
+    };
+    len >= 20 && u32::from(addr) & 0xffff_f000 == u32::from(std::net::Ipv4Addr::new(10, 120, 0, 0))
+}
+
+fn observe(seen: &Mutex<Seen>, commit: &Commit<'_>) {
+    let mut seen = seen.lock().unwrap_or_else(PoisonError::into_inner);
+    match commit.resource {
+        Resource::Nodes => {
+            let name = commit.key.name.clone();
+            if commit.change == ChangeType::Deleted {
+                seen.pod_cidrs.remove(&name);
+            } else {
+                let cidrs = commit.after["spec"]["podCIDRs"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|c| c.as_str().map(str::to_owned))
+                    .collect();
+                seen.pod_cidrs.insert(name, cidrs);
+            }
+        }
+        Resource::ClusterCidrs if commit.key.name == "pool-3" => {
+            let had = has_finalizer(commit.before);
+            let has = commit.change != ChangeType::Deleted && has_finalizer(Some(commit.after));
+            if had && !has {
+                let holders = seen
+                    .pod_cidrs
+                    .iter()
+                    .filter(|(_, cidrs)| cidrs.iter().any(|c| inside_pool_range(c)))
+                    .map(|(name, _)| name.clone())
+                    .collect();
+                seen.holders_at_removal.push(holders);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn pool(selector: &str) -> Value {
+    json!({
+        "ipv4": "10.120.0.0/20",
+        "perNodeHostBits": 8,
+        "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "grp", "operator": "In", "values": [selector]}
+        ]}]},
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finalizer_removal_answered_late_never_commits_while_a_node_holds_a_block_of_its_range() {
+    init_tracing();
+    let sb = Sandbox::start(Value::Null).await;
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let observer = {
+        let seen = seen.clone();
+        sb.on_commit(Arc::new(move |commit: &Commit<'_>| observe(&seen, commit)))
+    };
+    create_cluster_cidr(&sb, "pool-2", pool("a")).await;
+    create_cluster_cidr(&sb, "pool-3", pool("b")).await;
+    let running = spawn(&sb, with_cluster_cidrs("10.10.0.0/16", None));
+    running.wait_allocating(&sb).await;
+    for name in ["pool-2", "pool-3"] {
+        assert!(
+            wait_cluster_cidr(&sb, name, has_finalizer).await,
+            "{name} got no finalizer"
+        );
+    }
+    // Every write to pool-3 from now on is applied 800 ms after it arrives.
+    sb.inject(FaultRule {
+        verb: Some(Verb::Patch),
+        resource: Some(Resource::ClusterCidrs),
+        name: Some("pool-3".to_owned()),
+        times: 1000,
+        action: FaultAction::Delay(Duration::from_millis(800)),
+    });
+    delete_cluster_cidr(&sb, "pool-3").await;
+    let template = template_node("05-aws-4nodes-no-podcidr.json");
+    for i in 0..12 {
+        let mut node = node_like(&template, &format!("grp-a-{i:02}"));
+        node["metadata"]["labels"]["grp"] = json!("a");
+        sb.create_node(node).unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let served = |sb: &nodeipam_tests::sandbox::SandboxHandle| {
+        sb.nodes()
+            .iter()
+            .filter(|n| {
+                n["spec"]["podCIDRs"]
+                    .as_array()
+                    .is_some_and(|c| !c.is_empty())
+            })
+            .count()
+    };
+    assert!(
+        sb.wait_until(WAIT, |sb| served(sb) == 12).await,
+        "every grp=a Node is served from pool-2 ({} are)",
+        served(&sb)
+    );
+    // Whether pool-3 went before the Nodes were served (its removal decided first) or waits for
+    // them: once they are gone it goes.
+    for i in 0..12 {
+        sb.delete_node(&format!("grp-a-{i:02}")).unwrap();
+    }
+    assert!(
+        wait_cluster_cidr(&sb, "pool-3", |o| o.is_none()).await,
+        "pool-3 was never removed, though no Node holds a block of it"
+    );
+    sb.remove_commit_observer(observer);
+    let _ = running.stop().await;
+    let seen = seen.lock().unwrap_or_else(PoisonError::into_inner);
+    assert_eq!(seen.holders_at_removal.len(), 1, "{seen:?}");
+    assert_eq!(
+        seen.holders_at_removal,
+        [Vec::<String>::new()],
+        "pool-3's finalizer came off while these Nodes held a block of its range"
+    );
+}
