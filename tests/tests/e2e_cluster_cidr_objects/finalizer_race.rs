@@ -3,13 +3,13 @@
 //! removal commits.
 //!
 //! `pool-2` and `pool-3` have identical ranges (`10.120.0.0/20`, /24 blocks), selectors `grp=a` and
-//! `grp=b`; `pool-3` holds nothing. Its PATCHes are held 800 ms by the sandbox before they are
-//! applied (`delayMs`; on a real server API Priority and Fairness queueing or a slow etcd does the
-//! same). `pool-3` is deleted while 12 `grp=a` Nodes arrive 50 ms apart: they are served from
-//! `pool-2`, inside `pool-3`'s range. A commit observer keeps every Node's podCIDRs in commit
+//! `grp=b`; `pool-3` holds nothing. Its PATCHes are held 1.5 s by the sandbox before they are
+//! applied (`delayMs`, within the 2 s request timeout; on a real server API Priority and Fairness
+//! queueing or a slow etcd does the same). `pool-3` is deleted and, once the request that removes
+//! its finalizer has arrived (decided on 0 holders), 12 `grp=a` Nodes arrive 50 ms apart: `pool-2`
+//! serves them, inside `pool-3`'s range. A commit observer keeps every Node's podCIDRs in commit
 //! order and, at the commit that takes `pool-3`'s finalizer off, counts the Nodes holding a block
-//! inside `10.120.0.0/20`: it must be 0. (Whether the removal commits before the Nodes are served
-//! or after they are deleted depends on the interleaving; both are right.)
+//! inside `10.120.0.0/20`: it must be 0 (the Nodes wait for the removal's outcome).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -21,8 +21,8 @@ use nodeipam_tests::sandbox::{
 use serde_json::{Value, json};
 
 use super::common::{
-    WAIT, create_cluster_cidr, delete_cluster_cidr, has_finalizer, init_tracing, node_like, spawn,
-    template_node, wait_cluster_cidr, with_cluster_cidrs,
+    WAIT, cluster_cidr_writer_passed, create_cluster_cidr, delete_cluster_cidr, has_finalizer,
+    init_tracing, node_like, spawn, template_node, wait_cluster_cidr, with_cluster_cidrs,
 };
 
 /// What the observer saw: each Node's podCIDRs now, and the holders counted at each commit that
@@ -78,6 +78,19 @@ fn observe(seen: &Mutex<Seen>, commit: &Commit<'_>) {
     }
 }
 
+/// Whether a logged request body is a JSON patch that sets `metadata.finalizers` without ours.
+fn removes_finalizer(body: Option<&Value>) -> bool {
+    body.and_then(Value::as_array).is_some_and(|ops| {
+        ops.iter().any(|op| {
+            op["path"] == "/metadata/finalizers"
+                && op["value"].as_array().is_some_and(|f| {
+                    !f.iter()
+                        .any(|f| f == nodeipam::controller::cluster_cidrs::FINALIZER)
+                })
+        })
+    })
+}
+
 fn pool(selector: &str) -> Value {
     json!({
         "ipv4": "10.120.0.0/20",
@@ -113,9 +126,20 @@ async fn a_finalizer_removal_answered_late_never_commits_while_a_node_holds_a_bl
         resource: Some(Resource::ClusterCidrs),
         name: Some("pool-3".to_owned()),
         times: 1000,
-        action: FaultAction::Delay(Duration::from_millis(800)),
+        action: FaultAction::Delay(Duration::from_millis(1500)),
     });
     delete_cluster_cidr(&sb, "pool-3").await;
+    // The removal decided (no Node holds a block yet) and on its way: the Nodes come now.
+    assert!(
+        sb.wait_until(WAIT, |sb| sb
+            .requests_of(Verb::Patch, Resource::ClusterCidrs)
+            .iter()
+            .any(
+                |r| r.name.as_deref() == Some("pool-3") && removes_finalizer(r.body.as_ref())
+            ))
+        .await,
+        "pool-3's finalizer removal was never sent"
+    );
     let template = template_node("05-aws-4nodes-no-podcidr.json");
     for i in 0..12 {
         let mut node = node_like(&template, &format!("grp-a-{i:02}"));
@@ -123,6 +147,12 @@ async fn a_finalizer_removal_answered_late_never_commits_while_a_node_holds_a_bl
         sb.create_node(node).unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // The removal was decided on 0 holders and is on its way: it commits (whether the Nodes
+    // waited for it or not), and then the Nodes are served from pool-2.
+    assert!(
+        wait_cluster_cidr(&sb, "pool-3", |o| o.is_none()).await,
+        "pool-3's finalizer removal never committed"
+    );
     let served = |sb: &nodeipam_tests::sandbox::SandboxHandle| {
         sb.nodes()
             .iter()
@@ -137,15 +167,6 @@ async fn a_finalizer_removal_answered_late_never_commits_while_a_node_holds_a_bl
         sb.wait_until(WAIT, |sb| served(sb) == 12).await,
         "every grp=a Node is served from pool-2 ({} are)",
         served(&sb)
-    );
-    // Whether pool-3 went before the Nodes were served (its removal decided first) or waits for
-    // them: once they are gone it goes.
-    for i in 0..12 {
-        sb.delete_node(&format!("grp-a-{i:02}")).unwrap();
-    }
-    assert!(
-        wait_cluster_cidr(&sb, "pool-3", |o| o.is_none()).await,
-        "pool-3 was never removed, though no Node holds a block of it"
     );
     sb.remove_commit_observer(observer);
     let _ = running.stop().await;
