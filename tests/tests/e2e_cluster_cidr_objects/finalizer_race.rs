@@ -16,7 +16,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use nodeipam_tests::sandbox::{
-    ChangeType, Commit, FaultAction, FaultRule, Resource, Sandbox, Verb,
+    ChangeType, Commit, FaultAction, FaultRule, LateAnswer, LateWriteOutcome, Resource, Sandbox,
+    Verb,
 };
 use serde_json::{Value, json};
 
@@ -172,6 +173,114 @@ async fn a_finalizer_removal_answered_late_never_commits_while_a_node_holds_a_bl
     let _ = running.stop().await;
     let seen = seen.lock().unwrap_or_else(PoisonError::into_inner);
     assert_eq!(seen.holders_at_removal.len(), 1, "{seen:?}");
+    assert_eq!(
+        seen.holders_at_removal,
+        [Vec::<String>::new()],
+        "pool-3's finalizer came off while these Nodes held a block of its range"
+    );
+}
+
+/// The same race past the client's deadline: `pool-3`'s removal (decided on 0 holders, its
+/// last holder just deleted) is answered 504 after 100 ms and committed 4 s after it arrived
+/// (a sandbox late write: the request timeout is 2 s), and every later PATCH of `pool-3` gets a
+/// 500 (so no other write of ours changes its `resourceVersion` by chance). The 12 `grp=a` Nodes
+/// that arrive meanwhile must not get blocks of its range before that late commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_whose_answer_was_lost_never_commits_while_a_node_holds_a_block_of_its_range() {
+    init_tracing();
+    let sb = Sandbox::start(Value::Null).await;
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let observer = {
+        let seen = seen.clone();
+        sb.on_commit(Arc::new(move |commit: &Commit<'_>| observe(&seen, commit)))
+    };
+    create_cluster_cidr(&sb, "pool-2", pool("a")).await;
+    create_cluster_cidr(&sb, "pool-3", pool("b")).await;
+    let running = spawn(&sb, with_cluster_cidrs("10.10.0.0/16", None));
+    running.wait_allocating(&sb).await;
+    assert!(wait_cluster_cidr(&sb, "pool-3", has_finalizer).await);
+    // One Node holds a block of pool-3, so its deletion waits.
+    let template = template_node("05-aws-4nodes-no-podcidr.json");
+    let mut holder = node_like(&template, "grp-b-holder");
+    holder["metadata"]["labels"]["grp"] = json!("b");
+    sb.create_node(holder).unwrap();
+    assert!(
+        sb.wait_until(WAIT, |sb| sb.node("grp-b-holder").is_some_and(|n| {
+            n["spec"]["podCIDRs"]
+                .as_array()
+                .is_some_and(|c| !c.is_empty())
+        }))
+        .await
+    );
+    delete_cluster_cidr(&sb, "pool-3").await;
+    // Everything the controller wanted to write to pool-3 as deleted and held has been answered.
+    cluster_cidr_writer_passed(&sb, "pool-9", "10.130.0.0/24").await;
+    sb.inject(FaultRule {
+        verb: Some(Verb::Patch),
+        resource: Some(Resource::ClusterCidrs),
+        name: Some("pool-3".to_owned()),
+        times: 1,
+        action: FaultAction::LateWrite {
+            commit_after: Duration::from_secs(4),
+            answer: LateAnswer::Timeout {
+                after: Duration::from_millis(100),
+            },
+        },
+    });
+    sb.inject(FaultRule {
+        verb: Some(Verb::Patch),
+        resource: Some(Resource::ClusterCidrs),
+        name: Some("pool-3".to_owned()),
+        times: 1000,
+        action: FaultAction::Status(500),
+    });
+    sb.delete_node("grp-b-holder").unwrap();
+    let removal = |sb: &nodeipam_tests::sandbox::SandboxHandle| {
+        sb.requests_of(Verb::Patch, Resource::ClusterCidrs)
+            .into_iter()
+            .find(|r| r.name.as_deref() == Some("pool-3") && removes_finalizer(r.body.as_ref()))
+    };
+    assert!(
+        sb.wait_until(WAIT, |sb| removal(sb).is_some()).await,
+        "pool-3's finalizer removal was never sent"
+    );
+    for i in 0..12 {
+        let mut node = node_like(&template, &format!("grp-a-{i:02}"));
+        node["metadata"]["labels"]["grp"] = json!("a");
+        sb.create_node(node).unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The late removal has run (its commit, or its refusal).
+    assert!(
+        sb.wait_until(WAIT, |sb| removal(sb).is_some_and(|r| !matches!(
+            r.late_write,
+            None | Some(LateWriteOutcome::Pending)
+        )))
+        .await,
+        "the late removal never ran"
+    );
+    assert!(
+        wait_cluster_cidr(&sb, "pool-3", |o| o.is_none()).await,
+        "pool-3 was never removed"
+    );
+    let served = |sb: &nodeipam_tests::sandbox::SandboxHandle| {
+        sb.nodes()
+            .iter()
+            .filter(|n| {
+                n["spec"]["podCIDRs"]
+                    .as_array()
+                    .is_some_and(|c| !c.is_empty())
+            })
+            .count()
+    };
+    assert!(
+        sb.wait_until(WAIT, |sb| served(sb) == 12).await,
+        "every grp=a Node is served from pool-2 ({} are)",
+        served(&sb)
+    );
+    sb.remove_commit_observer(observer);
+    let _ = running.stop().await;
+    let seen = seen.lock().unwrap_or_else(PoisonError::into_inner);
     assert_eq!(
         seen.holders_at_removal,
         [Vec::<String>::new()],
