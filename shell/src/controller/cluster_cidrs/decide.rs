@@ -14,7 +14,7 @@
 //!   *stamp* (the annotation [`STAMP_ANNOTATION`], tested on the `resourceVersion` observed):
 //!   once committed, every write decided earlier (ours or an earlier leader's) tests a
 //!   `resourceVersion` that is gone, and a writer decides a removal only on an object carrying
-//!   its own stamp. Fenced, the finalizer is removed only when nobody holds a block of it
+//!   its own stamp; it never stamps over a newer epoch's ([`Term::may_stamp`]). Fenced, the finalizer is removed only when nobody holds a block of it
 //!   ([`Holders::none`]); the caller marks the fence [`Fence::Removing`] under the same lock;
 //! - a removal whose outcome is unknown is sent again unchanged while it is still wanted, and
 //!   fenced by a fresh stamp (a write that changes the `resourceVersion` it tests) when it is not;
@@ -40,7 +40,7 @@ use crate::reconcile::{Fence, Holders};
 pub use crate::cluster_cidr::FINALIZER;
 
 /// The annotation a writer stamps on a closing ClusterCIDR before it acts on it:
-/// `<term>.<sequence>`, `term` unique to one allocating term ([`Term`]).
+/// `<epoch>/<name>.<sequence>`, one allocating term's ([`Term`]).
 pub const STAMP_ANNOTATION: &str = "nodeipam.io/writer-stamp";
 
 /// One ClusterCIDR as the watch shows it.
@@ -102,17 +102,34 @@ pub struct Known {
     pub fence: Option<Fence>,
     /// The value a stamp written now would carry (this term's, never used before).
     pub next_stamp: String,
+    /// Whether this term may stamp the object ([`Term::may_stamp`]).
+    pub may_stamp: bool,
 }
 
-/// One allocating term's identity in [`STAMP_ANNOTATION`]: unique per term (a process that leads
-/// again starts a new term with a fresh allocator).
+/// One allocating term's identity in [`STAMP_ANNOTATION`]: an epoch and a name, stamped as
+/// `<epoch>/<name>.<sequence>`. The name is unique per term (a process that leads again starts a
+/// new term with a fresh allocator). A writer never stamps over a stamp of a newer epoch
+/// ([`Term::may_stamp`]): with epochs that grow with every Lease acquisition, a deposed leader
+/// cannot take a ClusterCIDR back from its successor, whatever it still believes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Term(pub String);
+pub struct Term {
+    epoch: u64,
+    name: String,
+}
 
 impl Term {
-    /// A term name for a new allocating term: `instance` (the replica's identity, if any) and 64
-    /// random bits (the standard library's per-process random hash keys and the clock), so two
-    /// terms — of two replicas, or one replica leading twice — never share a name.
+    /// The term `name` of `epoch`.
+    pub fn new(epoch: u64, name: &str) -> Term {
+        Term {
+            epoch,
+            name: name.to_owned(),
+        }
+    }
+
+    /// A term name for a new allocating term, epoch 0 (no order between terms): `instance` (the
+    /// replica's identity, if any) and 64 random bits (the standard library's per-process random
+    /// hash keys and the clock), so two terms — of two replicas, or one replica leading twice —
+    /// never share a name.
     pub fn fresh(instance: Option<&str>) -> Term {
         use std::hash::{BuildHasher as _, Hasher as _};
         let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
@@ -121,15 +138,33 @@ impl Term {
             .unwrap_or_default();
         hasher.write_u128(since_epoch.as_nanos());
         let random = hasher.finish();
-        Term(format!("{}-{random:016x}", instance.unwrap_or("nodeipam")))
+        Term::new(
+            0,
+            &format!("{}-{random:016x}", instance.unwrap_or("nodeipam")),
+        )
+    }
+
+    fn prefix(&self) -> String {
+        format!("{}/{}.", self.epoch, self.name)
+    }
+
+    /// The stamp value number `sequence` of this term.
+    pub fn stamp(&self, sequence: u64) -> String {
+        format!("{}{sequence}", self.prefix())
     }
 
     /// Whether `object` carries a stamp of this term.
     pub fn stamped(&self, object: &ClusterCidrObject) -> bool {
-        stamp_of(object).is_some_and(|s| {
-            s.strip_prefix(self.0.as_str())
-                .is_some_and(|rest| rest.starts_with('.'))
-        })
+        stamp_of(object).is_some_and(|s| s.starts_with(&self.prefix()))
+    }
+
+    /// Whether this term may stamp `object`: it has no stamp, or one whose epoch is not newer
+    /// than ours (a stamp not in our format counts as epoch 0).
+    pub fn may_stamp(&self, object: &ClusterCidrObject) -> bool {
+        stamp_of(object)
+            .and_then(|s| s.split_once('/'))
+            .and_then(|(epoch, _)| epoch.parse::<u64>().ok())
+            .is_none_or(|epoch| epoch <= self.epoch)
     }
 }
 
@@ -189,7 +224,9 @@ pub fn decide(observed: &Observed, known: &Known, now: Timestamp) -> Vec<Write> 
                 patch: finalizers_patch(&rv, &with),
             });
         }
-        (_, _, true, Some(Fence::Unfenced)) => writes.push(stamp(&rv, observed, known)),
+        (_, _, true, Some(Fence::Unfenced)) if known.may_stamp => {
+            writes.push(stamp(&rv, observed, known));
+        }
         (_, _, true, Some(Fence::Fenced | Fence::Removing { .. })) => {
             if known.holders.none() {
                 writes.push(remove_ours(&rv, &finalizers));
@@ -313,7 +350,7 @@ mod tests {
     }
 
     fn term() -> Term {
-        Term("t1".to_owned())
+        Term::new(1, "t1")
     }
 
     fn observed(finalizers: &[&str], deleting: bool) -> Observed {
@@ -357,7 +394,8 @@ mod tests {
             holders: Holders::default(),
             invalid_announced: false,
             fence: None,
-            next_stamp: "t1.7".to_owned(),
+            next_stamp: "1/t1.7".to_owned(),
+            may_stamp: true,
         }
     }
 
@@ -445,12 +483,12 @@ mod tests {
                 ObjectChange::Stamp,
                 json!([
                     {"op": "test", "path": "/metadata/resourceVersion", "value": "42"},
-                    {"op": "add", "path": "/metadata/annotations", "value": {STAMP_ANNOTATION: "t1.7"}},
+                    {"op": "add", "path": "/metadata/annotations", "value": {STAMP_ANNOTATION: "1/t1.7"}},
                 ])
             )]
         );
         // An object with annotations gets only the key added (escaped as RFC 6901 says).
-        let annotated = stamped(o, "t0.3");
+        let annotated = stamped(o, "0/t0.3");
         let writes = decide(&annotated, &closing(deleting(0), Fence::Unfenced, 0), now());
         assert_eq!(
             object_writes(&writes),
@@ -458,7 +496,7 @@ mod tests {
                 ObjectChange::Stamp,
                 json!([
                     {"op": "test", "path": "/metadata/resourceVersion", "value": "42"},
-                    {"op": "add", "path": "/metadata/annotations/nodeipam.io~1writer-stamp", "value": "t1.7"},
+                    {"op": "add", "path": "/metadata/annotations/nodeipam.io~1writer-stamp", "value": "1/t1.7"},
                 ])
             )]
         );
@@ -466,7 +504,7 @@ mod tests {
 
     #[test]
     fn the_finalizer_stays_while_a_node_holds_a_block_or_a_write_is_in_doubt() {
-        let o = stamped(observed(&[FINALIZER], true), "t1.1");
+        let o = stamped(observed(&[FINALIZER], true), "1/t1.1");
         for holders in [1, 7] {
             let writes = decide(
                 &o,
@@ -492,7 +530,7 @@ mod tests {
 
     #[test]
     fn a_removal_in_doubt_is_sent_again_while_wanted_and_fenced_by_a_stamp_when_not() {
-        let o = stamped(observed(&[FINALIZER], true), "t1.1");
+        let o = stamped(observed(&[FINALIZER], true), "1/t1.1");
         let removing = Fence::Removing {
             tested_rv: "42".to_owned(),
         };
@@ -512,7 +550,7 @@ mod tests {
                 ObjectChange::Stamp,
                 json!([
                     {"op": "test", "path": "/metadata/resourceVersion", "value": "42"},
-                    {"op": "add", "path": "/metadata/annotations/nodeipam.io~1writer-stamp", "value": "t1.7"},
+                    {"op": "add", "path": "/metadata/annotations/nodeipam.io~1writer-stamp", "value": "1/t1.7"},
                 ])
             )]
         );
@@ -521,9 +559,9 @@ mod tests {
     #[test]
     fn the_fence_follows_what_the_object_shows() {
         let term = term();
-        let mine = stamped(observed(&[FINALIZER], true), "t1.1").object;
-        let theirs = stamped(observed(&[FINALIZER], true), "t0.9").object;
-        let t10 = stamped(observed(&[FINALIZER], true), "t10.1").object;
+        let mine = stamped(observed(&[FINALIZER], true), "1/t1.1").object;
+        let theirs = stamped(observed(&[FINALIZER], true), "1/t0.9").object;
+        let t10 = stamped(observed(&[FINALIZER], true), "1/t10.1").object;
         assert_eq!(observe_fence(&Fence::Unfenced, &mine, &term), Fence::Fenced);
         assert_eq!(
             observe_fence(&Fence::Unfenced, &theirs, &term),
@@ -553,6 +591,26 @@ mod tests {
         // Our finalizer off: nothing left to protect.
         let gone = observed(&["example.com/keep"], true).object;
         assert_eq!(observe_fence(&removing, &gone, &term), Fence::Fenced);
+    }
+
+    #[test]
+    fn a_term_never_stamps_over_a_newer_epoch() {
+        let term = term();
+        let newer = stamped(observed(&[FINALIZER], true), "2/t2.1");
+        let older = stamped(observed(&[FINALIZER], true), "0/t0.5");
+        let foreign = stamped(observed(&[FINALIZER], true), "kubectl was here");
+        assert!(!term.may_stamp(&newer.object));
+        assert!(term.may_stamp(&older.object));
+        assert!(term.may_stamp(&foreign.object));
+        assert!(term.may_stamp(&observed(&[FINALIZER], true).object));
+        assert_eq!(term.stamp(3), "1/t1.3");
+        // Deposed (a newer epoch's stamp on it): no stamp, no removal; nothing is allocated
+        // beside it while it stays unfenced.
+        let deposed = Known {
+            may_stamp: false,
+            ..closing(deleting(0), Fence::Unfenced, 0)
+        };
+        assert_eq!(object_writes(&decide(&newer, &deposed, now())), []);
     }
 
     #[test]
@@ -604,7 +662,7 @@ mod tests {
         // One that has our finalizer (closing, fenced) keeps it while Nodes hold blocks of the
         // ranges an earlier generation was hosted with (its spec edited through a CRD without our
         // rules)…
-        let held = stamped(observed(&[FINALIZER], false), "t1.1");
+        let held = stamped(observed(&[FINALIZER], false), "1/t1.1");
         let retired = Known {
             fence: Some(Fence::Fenced),
             holders: Holders {

@@ -31,7 +31,7 @@ struct WriterMemory {
     status_written: BTreeMap<String, Instant>,
     /// `(uid, generation)` of the invalid objects whose event was published.
     announced: HashSet<(String, i64)>,
-    /// Stamps written so far (each stamp's value is new: `<term>.<n>`).
+    /// Stamp values made so far (each stamp's value is new: [`Term::stamp`]).
     stamps: u64,
 }
 
@@ -103,7 +103,8 @@ fn plan(
         .map(|(node, _)| node)
         .collect();
     memory.stamps += 1;
-    let next_stamp = format!("{}.{}", term.0, memory.stamps);
+    let next_stamp = term.stamp(memory.stamps);
+    let may_stamp = term.may_stamp(&entry.observed.object);
     let mut allocator = lock(&shared.allocator);
     let fence = allocator
         .fence(name)
@@ -113,7 +114,7 @@ fn plan(
     {
         wake_all(shared, "a ClusterCIDR's closing fence let allocation in");
     }
-    let Some(known) = known(
+    let Some(mut known) = known(
         &allocator,
         (name, entry),
         memory,
@@ -122,6 +123,7 @@ fn plan(
     ) else {
         return Vec::new();
     };
+    known.may_stamp = may_stamp;
     let writes = decide(&entry.observed, &known, Timestamp::now());
     let removes = writes.iter().any(|w| {
         matches!(
@@ -173,6 +175,7 @@ fn known(
         invalid_announced: memory.announced.contains(&announced_key),
         fence,
         next_stamp,
+        may_stamp: true,
     })
 }
 

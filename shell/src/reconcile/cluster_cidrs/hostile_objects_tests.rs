@@ -53,7 +53,8 @@ fn finalizer_removed(a: &Allocator, name: &str, spec: Value, deleting: bool) -> 
         holders: a.pool_holders(name, &[]),
         invalid_announced: true,
         fence: Some(Fence::Fenced),
-        next_stamp: "t.1".to_owned(),
+        next_stamp: "0/t.1".to_owned(),
+        may_stamp: true,
     };
     let observed = Observed {
         object: stored,
