@@ -308,8 +308,13 @@ impl<'a> Planner<'a> {
         // gives the same Keep or Skip (the allocator is idempotent), so neither the views nor the
         // decisions of every Node with podCIDRs are held at once (at 300,000 Nodes, 60,000 of
         // them holding blocks, they were ~30 MB of the 124 MiB peak).
-        allocator.reserve_nodes(self.nodes.iter().filter(|n| n.has_pod_cidrs()).count());
-        for node in self.nodes.iter().filter(|n| n.has_pod_cidrs()) {
+        // In name order, as `startup_occupy` orders them (and the controller's cache lists them):
+        // a contested block goes to the same Node whatever order the file has.
+        let mut occupied: Vec<&InputNode> =
+            self.nodes.iter().filter(|n| n.has_pod_cidrs()).collect();
+        occupied.sort_by(|a, b| a.name.cmp(&b.name));
+        allocator.reserve_nodes(occupied.len());
+        for node in occupied {
             drop(allocator.startup_occupy(std::slice::from_ref(&node.view())));
         }
         for node in &self.nodes {
@@ -811,6 +816,31 @@ mod tests {
         assert_eq!(findings.len(), 1, "{findings:?}");
         assert_eq!(findings[0].code(), "R08");
         assert!(findings[0].message().contains("leading zeros"));
+    }
+
+    /// Issue 32 item 6: a block two Nodes' podCIDRs contest goes to the first by name, as in the
+    /// controller, not to the first in the file (fixture 03's Nodes listed in reverse).
+    #[test]
+    fn a_contested_block_goes_to_the_first_node_by_name_whatever_the_file_order() {
+        let mut nodes =
+            crate::nodelist::parse_nodes(&fixture("03-aks-kubenet-3nodes.json")).expect("parses");
+        nodes.reverse();
+        let last = nodes.len() - 1;
+        for i in [0, last] {
+            let spec = nodes[i].spec.get_or_insert_with(Default::default);
+            spec.pod_cidr = Some("10.244.0.0/24".to_owned());
+            spec.pod_cidrs = Some(vec!["10.244.0.0/24".to_owned()]);
+        }
+        let config = nodeipam_core::config::validate("10.244.0.0/23", "", NodeMaskFlags::default())
+            .expect("valid");
+        let report = plan(&config, &nodes).expect("plans");
+        let (first, second) = (&report.nodes[last], &report.nodes[0]);
+        assert!(first.name < second.name, "{} {}", first.name, second.name);
+        assert_eq!(
+            (first.action, second.action),
+            ("keep", "skip"),
+            "{report:?}"
+        );
     }
 
     #[test]

@@ -15,6 +15,8 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
+#[path = "e2e_cluster_cidr_objects/finalizer_race.rs"]
+mod finalizer_race;
 
 use common::{
     WAIT, all_pod_cidrs, assert_all_served, assert_cluster_cidr, assert_no_cidr_handed_out_twice,

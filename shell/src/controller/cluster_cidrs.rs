@@ -13,11 +13,13 @@
 //!   and, when a pool brought capacity, every waiting Node is woken under the same lock (a Node
 //!   that failed just before the sync is then already among the waiters; one deciding after it
 //!   sees the new pool).
-//! - **Written.** `write` goes over every object when the view changes and at least every
-//!   [`RECHECK_INTERVAL`] (so a finalizer is removed within about a second of the last holder
-//!   leaving, whichever path freed the block), leader only (it runs only inside an allocating
-//!   term), each write after the same write gate and token bucket as the Node PATCHes. A status is
-//!   written at most once per [`STATUS_WRITE_INTERVAL`] per object.
+//! - **Written.** `write` (`writer.rs`) goes over every object when the view changes and at least
+//!   every [`RECHECK_INTERVAL`] (so a finalizer is removed within about a second of the last
+//!   holder leaving, whichever path freed the block), leader only (it runs only inside an
+//!   allocating term), each write after the same write gate and token bucket as the Node PATCHes.
+//!   A status is written at most once per [`STATUS_WRITE_INTERVAL`] per object. A closing
+//!   ClusterCIDR's finalizer comes off only behind its fence
+//!   ([`crate::reconcile::Fence`]): no timing makes a late removal harmless, the fence does.
 //!
 //! Why not `kube::runtime::finalizer`: it adds and removes the finalizer itself inside a
 //! reconciler, with no way to pass the writes through the write gate (nothing may be written
@@ -25,27 +27,29 @@
 //! (a `test` of the finalizer list) are the same idea as ours (a `test` of the resourceVersion).
 
 mod decide;
+mod writer;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::jiff::Timestamp;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::runtime::watcher;
 use kube::runtime::{WatchStreamExt as _, watcher::Event};
 use kube::{Api, Client};
-use nodeipam_core::Cidr;
 use tokio::sync::{Notify, watch as tokio_watch};
 
-pub use decide::{FINALIZER, Known, Observed, Write, decide};
+pub use decide::{
+    FINALIZER, Known, ObjectChange, Observed, STAMP_ANNOTATION, Term, Write, decide, observe_fence,
+    status_patch,
+};
+pub(super) use writer::write;
 
 use super::worker::Shared;
 use crate::Error;
-use crate::cluster_cidr::status::PoolState;
 use crate::cluster_cidr::{ClusterCidrObject, ClusterCidrPool};
 use crate::reasons;
 use crate::reconcile::{Allocator, NodeName};
@@ -146,13 +150,23 @@ impl ClusterCidrs {
         }
     }
 
+    /// Every object of the view, name order (a copy: the writer awaits between objects).
+    fn snapshot(&self) -> Vec<(String, Entry)> {
+        lock(&self.view)
+            .iter()
+            .map(|(n, e)| (n.clone(), e.clone()))
+            .collect()
+    }
+
     fn delete(&self, object: &DynamicObject) {
         lock(&self.view).remove(object.metadata.name.as_deref().unwrap_or_default());
     }
 
     /// Gives the allocator the whole view (the objects it refuses included: they are offered
     /// again on every sync). Logs what changed.
-    fn sync(&self, allocator: &mut Allocator) -> crate::reconcile::ClusterCidrSync {
+    /// Returns the sync and whether a closing fence let allocation in (a fence forgotten: the
+    /// object gone or our finalizer off it).
+    fn sync(&self, allocator: &mut Allocator) -> (crate::reconcile::ClusterCidrSync, bool) {
         let view = lock(&self.view);
         let pools: Vec<ClusterCidrPool> = view
             .values()
@@ -174,6 +188,20 @@ impl ClusterCidrs {
         // have been freed since); its `Invalid` state comes from the allocator
         // (`cluster_cidr_state`).
         let synced = allocator.sync_cluster_cidrs(&pools);
+        // Closing: our finalizer on an object being deleted or not usable (invalid, or refused
+        // by the allocator). Each gets a fence before anything can be allocated beside it.
+        let closing: Vec<String> = view
+            .iter()
+            .filter(|(name, e)| {
+                let meta = &e.observed.object.metadata;
+                let ours = meta.finalizers.iter().flatten().any(|f| f == FINALIZER);
+                ours && (meta.deletion_timestamp.is_some()
+                    || e.invalid.is_some()
+                    || synced.refused.iter().any(|(n, _)| n == *name))
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        let opened = allocator.track_closing(&closing);
         // Refusals alone are not logged: a refused pool is offered again every round (its
         // `ClusterCIDRInvalid` event and status say why, once).
         if !(synced.added.is_empty() && synced.removed.is_empty()) {
@@ -185,7 +213,7 @@ impl ClusterCidrs {
                 "ClusterCIDR pools synced"
             );
         }
-        synced
+        (synced, opened)
     }
 }
 
@@ -275,8 +303,8 @@ pub(super) async fn watch(api: Api<DynamicObject>, view: Arc<ClusterCidrs>, shar
 /// again (their podCIDRs now lie in a pool).
 fn sync_and_wake(view: &ClusterCidrs, shared: &Shared) {
     let mut allocator = lock(&shared.allocator);
-    let synced = view.sync(&mut allocator);
-    let woken = if synced.capacity_added {
+    let (synced, opened) = view.sync(&mut allocator);
+    let woken = if synced.capacity_added || opened {
         lock(&shared.waiters).freed(usize::MAX)
     } else {
         Vec::new()
@@ -296,207 +324,20 @@ fn sync_and_wake(view: &ClusterCidrs, shared: &Shared) {
     }
 }
 
-/// What the writer remembers between rounds.
-#[derive(Debug, Default)]
-struct WriterMemory {
-    /// When each object's status was last written.
-    status_written: BTreeMap<String, tokio::time::Instant>,
-    /// `(uid, generation)` of the invalid objects whose event was published.
-    announced: HashSet<(String, i64)>,
-}
-
-/// Writes finalizers, statuses and events until aborted (see the module docs).
-pub(super) async fn write(
-    api: Api<DynamicObject>,
-    view: Arc<ClusterCidrs>,
-    shared: Arc<Shared>,
-    recorder: Recorder,
-) {
-    let mut memory = WriterMemory::default();
-    loop {
-        // A pool refused for `MAX_BACKING_SETS` waits for a set to be freed, which the last Node
-        // leaving a gone pool's set does without any ClusterCIDR event: offered again each round.
-        if lock(&shared.allocator).cluster_cidrs_refused() {
-            sync_and_wake(&view, &shared);
-            shared.report_pool();
-        }
-        let entries: Vec<(String, Entry)> = lock(&view.view)
-            .iter()
-            .map(|(n, e)| (n.clone(), e.clone()))
-            .collect();
-        for (name, entry) in entries {
-            let Some(known) = known(&shared, &name, &entry, &memory) else {
-                continue;
-            };
-            for write in decide(&entry.observed, &known, Timestamp::now()) {
-                send(
-                    &api,
-                    &view,
-                    &shared,
-                    &recorder,
-                    &mut memory,
-                    (&name, &entry),
-                    write,
-                )
-                .await;
-            }
-        }
-        tokio::select! {
-            () = view.changed.notified() => {}
-            () = tokio::time::sleep(RECHECK_INTERVAL) => {}
-        }
-    }
-}
-
-/// The object's state (invalid, or the allocator's), whether a write in doubt holds a block in
-/// its ranges, and whether its invalid event was published. `None`: the allocator does not know
-/// it (yet).
-fn known(shared: &Shared, name: &str, entry: &Entry, memory: &WriterMemory) -> Option<Known> {
-    let meta = &entry.observed.object.metadata;
-    let announced_key = (
-        meta.uid.clone().unwrap_or_default(),
-        meta.generation.unwrap_or(0),
-    );
-    if let Some(message) = &entry.invalid {
-        return Some(Known {
-            state: PoolState::Invalid {
-                message: message.clone(),
-            },
-            write_in_doubt: false,
-            invalid_announced: memory.announced.contains(&announced_key),
-            retired_holders: lock(&shared.allocator).cluster_cidr_retired_holders(name),
-        });
-    }
-    let pool = ClusterCidrPool::from_object(&entry.observed.object).ok()?;
-    let ranges: Vec<Cidr> = [pool.ipv4, pool.ipv6].into_iter().flatten().collect();
-    let now = tokio::time::Instant::now();
-    let allocator = lock(&shared.allocator);
-    let state = allocator.cluster_cidr_state(name)?;
-    let write_in_doubt = shared
-        .settings
-        .in_doubt
-        .deadlines()
-        .iter()
-        .filter(|(_, until)| *until > now)
-        .any(|(node, _)| {
-            allocator
-                .held(node)
-                .is_some_and(|held| held.iter().any(|c| ranges.iter().any(|r| r.overlaps(c))))
-        });
-    Some(Known {
-        state,
-        write_in_doubt,
-        // A pool the allocator refuses is announced once per generation too.
-        invalid_announced: memory.announced.contains(&announced_key),
-        retired_holders: allocator.cluster_cidr_retired_holders(name),
-    })
-}
-
-/// Sends one write after the write gate and a token (events after neither: they have their own
-/// budget in the event writer, and one per invalid generation is all this sends). A patched
-/// object answered replaces the view's copy (if that is still the one decided on, and the
-/// object is not gone), so the next round decides on it even before the watch shows it.
-async fn send(
-    api: &Api<DynamicObject>,
-    view: &ClusterCidrs,
-    shared: &Shared,
-    recorder: &Recorder,
-    memory: &mut WriterMemory,
-    (name, entry): (&str, &Entry),
-    write: Write,
-) {
-    let timeout = shared.settings.request_timeout;
-    let request = match write {
-        Write::Invalid { message } => {
-            publish_invalid(recorder, entry, &message, timeout).await;
-            let meta = &entry.observed.object.metadata;
-            memory.announced.insert((
-                meta.uid.clone().unwrap_or_default(),
-                meta.generation.unwrap_or(0),
-            ));
-            return;
-        }
-        Write::Status { patch, .. } => {
-            let now = tokio::time::Instant::now();
-            if memory
-                .status_written
-                .get(name)
-                .is_some_and(|at| now.duration_since(*at) < STATUS_WRITE_INTERVAL)
-            {
-                return;
-            }
-            memory.status_written.insert(name.to_owned(), now);
-            Request::Status(patch)
-        }
-        Write::Finalizers { add, patch } => Request::Finalizers(add, patch),
-    };
-    shared.limiter.acquire().await;
-    // The write gate after the token bucket, right before the request (see the Node writes in
-    // `worker.rs`: a gate passed before a wait no longer says the Lease is ours).
-    if !shared.settings.write_gate.wait().await {
+/// Wakes every waiting Node (a closing fence let allocation in: a Node waiting on it may now be
+/// served). Called under the allocator's lock, which is taken before the waiters' (as in
+/// [`sync_and_wake`]).
+fn wake_all(shared: &Shared, why: &str) {
+    let woken = lock(&shared.waiters).freed(usize::MAX);
+    if woken.is_empty() {
         return;
     }
-    let params = PatchParams {
-        field_manager: Some(super::CONTROLLER_NAME.to_owned()),
-        ..PatchParams::default()
-    };
-    let sent = match &request {
-        Request::Status(patch) => {
-            tokio::time::timeout(
-                timeout,
-                api.patch_status(name, &params, &Patch::Merge(patch)),
-            )
-            .await
-        }
-        Request::Finalizers(_, patch) => {
-            let Ok(patch) = serde_json::from_value::<json_patch::Patch>(patch.clone()) else {
-                return;
-            };
-            tokio::time::timeout(timeout, api.patch(name, &params, &Patch::Json::<()>(patch))).await
-        }
-    };
-    match sent {
-        Ok(Ok(object)) => {
-            if let Request::Finalizers(add, _) = request {
-                tracing::info!(
-                    cluster_cidr = name,
-                    finalizer = FINALIZER,
-                    added = add,
-                    "ClusterCIDR finalizer {}",
-                    if add {
-                        "added"
-                    } else {
-                        "removed: no Node holds a block of it"
-                    }
-                );
-            }
-            let still_there = object.metadata.deletion_timestamp.is_none()
-                || object
-                    .metadata
-                    .finalizers
-                    .as_ref()
-                    .is_some_and(|f| !f.is_empty());
-            if still_there {
-                let decided_rv = entry.observed.object.metadata.resource_version.as_deref();
-                view.apply_answer(decided_rv, &object);
-            }
-        }
-        Ok(Err(e)) => {
-            tracing::info!(cluster_cidr = name, error = %crate::kube_error::error_chain(&e), "a ClusterCIDR write failed (the next round decides again)");
-        }
-        Err(_) => {
-            tracing::info!(
-                cluster_cidr = name,
-                "a ClusterCIDR write timed out (the next round decides again)"
-            );
-        }
+    tracing::info!(nodes = woken.len(), "{why}: waking every waiting Node");
+    let mut backoff = lock(&shared.backoff);
+    for name in woken {
+        backoff.reset(&name);
+        shared.queue.add_urgent(name);
     }
-}
-
-/// A write [`send`] makes.
-enum Request {
-    Status(serde_json::Value),
-    Finalizers(bool, serde_json::Value),
 }
 
 /// The `ClusterCIDRInvalid` Warning event on the object.

@@ -287,7 +287,15 @@ impl ClusterCidrTasks {
                 view.clone(),
                 shared.clone(),
             )),
-            _writer: OwnedTask::spawn(cluster_cidrs::write(api, view, shared.clone(), recorder)),
+            // A new term name for every allocating term: the stamps it writes tell its writes
+            // from every earlier term's (see `cluster_cidrs::Term`).
+            _writer: OwnedTask::spawn(cluster_cidrs::write(
+                api,
+                view,
+                shared.clone(),
+                recorder,
+                cluster_cidrs::Term::fresh(config.instance.as_deref()),
+            )),
         }
     }
 }

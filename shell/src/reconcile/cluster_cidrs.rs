@@ -41,8 +41,11 @@ use super::{Allocator, RecordState};
 use crate::cluster_cidr::ClusterCidrPool;
 use crate::cluster_cidr::status::{FamilyUsage, PoolState};
 
+mod closing;
 mod serve;
 mod space;
+
+pub use closing::{Fence, Holders};
 
 /// At most this many backing sets (flag CIDRs and ClusterCIDRs together, after merging nested
 /// ones): the allocator's [`nodeipam_core::Pool`] capacity. A ClusterCIDR that would need more is
@@ -98,6 +101,9 @@ pub(super) struct ClusterCidrs {
     /// a block inside them: they count for [`Allocator::cluster_cidr_state`]'s holders of a pool
     /// of that name, so its finalizer stays until those Nodes leave too.
     pub(super) retired: Vec<(String, Cidr)>,
+    /// The closing ClusterCIDRs' fences ([`Allocator::track_closing`]): no block overlapping the
+    /// ranges of one that is not [`Fence::Fenced`] is handed out.
+    pub(super) fences: closing::Fences,
 }
 
 impl ClusterCidrs {
@@ -120,11 +126,10 @@ fn same_hosting(a: &ClusterCidrPool, b: &ClusterCidrPool) -> bool {
     a.ipv4 == b.ipv4 && a.ipv6 == b.ipv6 && a.per_node_host_bits == b.per_node_host_bits
 }
 
-/// Whether `inner` lies inside `outer` (same family, at least as long a prefix, overlapping).
+/// Whether `inner` lies inside `outer`: core's [`Cidr::contains`] (same family, at least as long
+/// a prefix, overlapping), the one geometric test of "inside" here.
 pub(super) fn lies_inside(inner: Cidr, outer: Cidr) -> bool {
-    inner.family() == outer.family()
-        && inner.prefix_len() >= outer.prefix_len()
-        && outer.overlaps(&inner)
+    outer.contains(&inner)
 }
 
 impl Allocator {
@@ -243,7 +248,7 @@ impl Allocator {
         Some(if hosted.pool.deleting {
             PoolState::Deleting {
                 usage,
-                holders: self.cluster_cidr_holders(&hosted.pool),
+                holders: self.pool_holders(name, &[]).records,
             }
         } else {
             PoolState::Serving { usage }
@@ -269,45 +274,6 @@ impl Allocator {
     /// [`Allocator::sync_cluster_cidrs`]).
     pub fn cluster_cidr_pools(&self) -> Vec<&ClusterCidrPool> {
         self.cluster_cidrs.hosted.iter().map(|h| &h.pool).collect()
-    }
-
-    /// Nodes (not gone) holding a block inside a range once hosted under `name` and no longer
-    /// (the ranges its name was hosted with before a spec edit); 0 for a name never hosted.
-    pub fn cluster_cidr_retired_holders(&self, name: &str) -> usize {
-        let retired = self.cluster_cidrs.retired.iter();
-        let ranges: Vec<Cidr> = retired
-            .filter(|(n, _)| n == name)
-            .map(|(_, r)| *r)
-            .collect();
-        self.holders_inside(&ranges)
-    }
-
-    /// Nodes holding a block from `pool`: records (not gone) with a held CIDR inside one of its
-    /// ranges, or inside a range retired under its name (hosted before a spec edit).
-    fn cluster_cidr_holders(&self, pool: &ClusterCidrPool) -> usize {
-        let retired = self.cluster_cidrs.retired.iter();
-        let ranges: Vec<Cidr> = [pool.ipv4, pool.ipv6]
-            .into_iter()
-            .flatten()
-            .chain(retired.filter(|(n, _)| *n == pool.name).map(|(_, r)| *r))
-            .collect();
-        self.holders_inside(&ranges)
-    }
-
-    /// Records (not gone) with a held CIDR inside one of `ranges`.
-    fn holders_inside(&self, ranges: &[Cidr]) -> usize {
-        if ranges.is_empty() {
-            return 0;
-        }
-        self.nodes
-            .values()
-            .filter(|r| r.state != RecordState::Gone)
-            .filter(|r| {
-                r.held
-                    .iter()
-                    .any(|c| ranges.iter().any(|range| lies_inside(*c, *range)))
-            })
-            .count()
     }
 
     /// Capacity / used / free of one range in blocks of the pool's own size.

@@ -10,15 +10,25 @@ use super::{
 use crate::reasons;
 
 impl Allocator {
-    /// Start-up: occupies the podCIDRs of every Node that has them, in list order, before any
-    /// allocation. Nodes without podCIDRs are left for [`Allocator::decide`]. Returns one decision
-    /// per Node that has podCIDRs (Keep, or Skip with its event and metric).
+    /// Start-up: occupies the podCIDRs of every Node that has them, in name order (stable),
+    /// before any allocation: where two Nodes contest a block, the first by name keeps it, in the
+    /// controller (its cache lists names sorted) and in `plan` (which occupies its Nodes one at a
+    /// time in this same order) alike, whatever order a file lists them in. Nodes without
+    /// podCIDRs are left for [`Allocator::decide`]. Returns one decision per Node that has
+    /// podCIDRs (Keep, or Skip with its event and metric), in the order given.
     pub fn startup_occupy(&mut self, nodes: &[NodeView]) -> Vec<(NodeName, Decision)> {
-        nodes
+        let mut order: Vec<(usize, &NodeView)> = nodes
             .iter()
             .filter(|n| n.has_pod_cidrs())
-            .map(|n| (n.name.clone(), self.observe_existing(n)))
-            .collect()
+            .enumerate()
+            .collect();
+        order.sort_by(|a, b| a.1.name.cmp(&b.1.name));
+        let mut decided: Vec<(usize, (NodeName, Decision))> = order
+            .into_iter()
+            .map(|(i, n)| (i, (n.name.clone(), self.observe_existing(n))))
+            .collect();
+        decided.sort_by_key(|(i, _)| *i);
+        decided.into_iter().map(|(_, d)| d).collect()
     }
 
     /// The [`MetricEvent::Occupied`] for `blocks` blocks of `cidr` newly marked used.

@@ -52,7 +52,7 @@ mod existing;
 mod outcome;
 mod release;
 
-pub use cluster_cidrs::{ClusterCidrSync, MAX_BACKING_SETS};
+pub use cluster_cidrs::{ClusterCidrSync, Fence, Holders, MAX_BACKING_SETS};
 pub use decision::{
     Action, Decision, EventKind, EventSpec, MetricEvent, Next, NodeName, NodeView, SkipKind,
 };

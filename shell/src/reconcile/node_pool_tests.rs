@@ -261,7 +261,8 @@ fn existing_sizes_are_kept_and_overlaps_counted_on_the_grid() {
     let mut a = allocator("10.244.0.0/16", &pools);
     let mut old_big = aks_node("old-big", "small");
     old_big.pod_cidrs = vec!["10.244.4.0/23".to_owned()];
-    let mut inside = aks_node("inside", "small");
+    // Named to sort after `old-big`: start-up occupies in name order.
+    let mut inside = aks_node("small-inside", "small");
     inside.pod_cidrs = vec!["10.244.5.0/26".to_owned()];
     let decisions = a.startup_occupy(&[old_big.clone(), inside]);
     assert_eq!(

@@ -44,3 +44,92 @@ fn a_pool_without_its_finalizer_is_hosted_but_serves_no_node_until_the_finalizer
     let again = a.sync_cluster_cidrs(&[masters_pool(false)]);
     assert!(!again.capacity_added, "the same view again brings nothing");
 }
+
+/// Chaos seed 41789's shape (issue 32 item 1): `pool-2` and `pool-3` share `10.200.0.0/24`;
+/// `pool-3` is being deleted and holds nothing. While its fence is not `Fenced` (unfenced in
+/// this term, or a removal of ours in flight or in doubt) no block of the shared range is handed
+/// out, even through `pool-2`: the master waits, and is served once the fence opens. The holder
+/// count read by the removal can then not be outrun by an allocation.
+#[test]
+fn no_block_inside_a_closing_pool_is_handed_out_until_its_fence_opens() {
+    let mut a = allocator("10.128.0.0/16");
+    let mut closing = masters_pool(false);
+    closing.name = "pool-3".to_owned();
+    closing.deleting = true;
+    let mut serving = masters_pool(false);
+    serving.name = "pool-2".to_owned();
+    a.sync_cluster_cidrs(&[serving, closing]);
+    assert!(!a.track_closing(&["pool-3".to_owned()]));
+    assert_eq!(a.fence("pool-3"), Some(&Fence::Unfenced));
+    let waiting = a.decide(&master("master-0"));
+    assert!(
+        matches!(&waiting.action, Action::Fail { reason } if reason.contains("pool-3")),
+        "{waiting:?}"
+    );
+    assert_eq!(waiting.next, Next::WaitForFreeBlock);
+    assert!(waiting.events.is_empty() && waiting.metrics.is_empty());
+    assert_eq!(a.held("master-0"), None, "nothing reserved while it waits");
+    // A worker is served from the flag CIDR meanwhile: only the closing range is shut.
+    assert_eq!(
+        assigned(&mut a, &node("worker-0", &[])),
+        vec![Cidr::parse("10.128.0.0/24").expect("cidr")]
+    );
+    // Our stamp seen: the master is served from pool-2, inside pool-3's range, and pool-3 now
+    // has a holder.
+    assert!(
+        a.set_fence("pool-3", Fence::Fenced),
+        "opened: wake the waiters"
+    );
+    let first = assigned(&mut a, &master("master-0"));
+    assert_eq!(first, vec![Cidr::parse("10.200.0.0/28").expect("cidr")]);
+    assert_eq!(
+        a.pool_holders("pool-3", &[]),
+        Holders {
+            records: 1,
+            in_doubt: 0,
+            retired: 0
+        }
+    );
+    // A removal decided (after the master left): nothing more inside until its outcome is known.
+    a.remove("master-0");
+    assert!(a.pool_holders("pool-3", &[]).none());
+    assert!(!a.set_fence(
+        "pool-3",
+        Fence::Removing {
+            tested_rv: "7".to_owned()
+        }
+    ));
+    let waiting = a.decide(&master("master-1"));
+    assert_eq!(waiting.next, Next::WaitForFreeBlock, "{waiting:?}");
+    // The object gone: forgotten, and allocation goes on.
+    assert!(a.track_closing(&[]));
+    assert_eq!(a.fence("pool-3"), None);
+    assigned(&mut a, &master("master-1"));
+}
+
+/// The holder rule's one home counts a Node whose write is in doubt only when its reservation
+/// lies inside the pool's ranges, and a Node held elsewhere never.
+#[test]
+fn holders_count_in_doubt_writes_inside_the_ranges_only() {
+    let mut a = allocator("10.128.0.0/16");
+    a.sync_cluster_cidrs(&[masters_pool(false)]);
+    let master = master("master-0");
+    assert!(matches!(a.decide(&master).action, Action::Assign { .. }));
+    assert!(matches!(
+        a.decide(&node("worker-0", &[])).action,
+        Action::Assign { .. }
+    ));
+    let in_doubt = [
+        super::super::NodeName::from("master-0"),
+        super::super::NodeName::from("worker-0"),
+    ];
+    assert_eq!(
+        a.pool_holders("masters", &in_doubt),
+        Holders {
+            records: 1,
+            in_doubt: 1,
+            retired: 0
+        }
+    );
+    assert_eq!(a.pool_holders("nonexistent", &in_doubt), Holders::default());
+}

@@ -12,7 +12,7 @@ use super::super::{Allocator, NodeView};
 use super::*;
 use crate::cluster_cidr::FINALIZER;
 use crate::cluster_cidr::status::PoolState;
-use crate::controller::cluster_cidrs::{Known, Observed, Write, decide};
+use crate::controller::cluster_cidrs::{Known, ObjectChange, Observed, Write, decide};
 use crate::test_support::{
     assigned, cluster_cidr_object as object, cluster_cidr_pool, master, masters_spec,
     node_view as node,
@@ -47,11 +47,14 @@ fn finalizer_removed(a: &Allocator, name: &str, spec: Value, deleting: bool) -> 
         // The writer skips a name the allocator does not know.
         return false;
     };
+    // The fence of a writer whose stamp is on the object: only the holders decide.
     let known = Known {
         state,
-        write_in_doubt: false,
+        holders: a.pool_holders(name, &[]),
         invalid_announced: true,
-        retired_holders: a.cluster_cidr_retired_holders(name),
+        fence: Some(Fence::Fenced),
+        next_stamp: "0/t.1".to_owned(),
+        may_stamp: true,
     };
     let observed = Observed {
         object: stored,
@@ -63,7 +66,15 @@ fn finalizer_removed(a: &Allocator, name: &str, spec: Value, deleting: bool) -> 
         Timestamp::from_second(1_796_000_001).expect("time"),
     )
     .iter()
-    .any(|w| matches!(w, Write::Finalizers { add: false, .. }))
+    .any(|w| {
+        matches!(
+            w,
+            Write::Object {
+                change: ObjectChange::RemoveFinalizer,
+                ..
+            }
+        )
+    })
 }
 
 /// 62 disjoint pools `a00`…`a61` created after `z-early`, which serves two masters: with the
@@ -168,7 +179,7 @@ fn a_spec_edited_in_place_keeps_the_finalizer_while_nodes_hold_blocks_of_the_old
     // Edited once more, now invalid (`perNodeHostBits: 200`): the controller leaves it out; the
     // masters are counted against the name for the writer's `Invalid` path.
     a.sync_cluster_cidrs(&[]);
-    assert_eq!(a.cluster_cidr_retired_holders("grow"), 2);
+    assert_eq!(a.pool_holders("grow", &[]).retired, 2);
     // The masters leave: now it may go.
     a.remove("master-0");
     a.remove("master-1");

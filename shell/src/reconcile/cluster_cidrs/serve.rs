@@ -72,6 +72,9 @@ impl Allocator {
                 (None, Err(_)) => None,
             };
             if let Some(found) = found {
+                if let Some(closing) = self.closing_under(&found) {
+                    return Self::wait_for_fence(&closing);
+                }
                 self.label_refusals.remove(&node.name);
                 let blocks = self.take_found(&found);
                 return self.assigned(node, &blocks);
@@ -105,6 +108,43 @@ impl Allocator {
             ),
         })
         .then(Next::WaitForFreeBlock)
+    }
+
+    /// A Node whose block would overlap the ranges of a closing ClusterCIDR whose finalizer's
+    /// removal may still land ([`super::Fence`]) waits until its outcome is known (no event, no
+    /// metric: the writer's next answer or observation settles it) and is woken then. It does not
+    /// pass on to a later pool: its answer stays the one it gets without the race.
+    fn wait_for_fence(pool: &str) -> Decision {
+        Decision::new(Action::Fail {
+            reason: format!(
+                "the block found overlaps ClusterCIDR {pool}, whose finalizer {FINALIZER} may be \
+                 coming off (a removal in flight or in doubt, or not yet fenced in this term); \
+                 waiting for its outcome"
+            ),
+        })
+        .then(Next::WaitForFreeBlock)
+    }
+
+    /// The name of a closing ClusterCIDR one of `found`'s blocks overlaps ([`Allocator::closed_ranges`]).
+    fn closing_under(&self, found: &[Found]) -> Option<String> {
+        let closed = self.closed_ranges();
+        if closed.is_empty() {
+            return None;
+        }
+        found.iter().find_map(|one| {
+            let set = self.pool.sets().get(one.set_index)?;
+            let first = one.candidate.first_block_index();
+            let last = first.checked_add(one.candidate.block_count().checked_sub(1)?)?;
+            let (start, end) = (set.block_cidr(first).ok()?, set.block_cidr(last).ok()?);
+            closed
+                .iter()
+                .find(|(_, range)| {
+                    range.family() == start.family()
+                        && start.network_bits() <= range.last_bits()
+                        && range.network_bits() <= end.last_bits()
+                })
+                .map(|(name, _)| (*name).to_owned())
+        })
     }
 
     /// One block per flag family, each from the family's first flag CIDR (flag order) with a
