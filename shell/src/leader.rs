@@ -727,8 +727,14 @@ impl LeaderElector {
             self.lease_seconds,
             Timestamp::now(),
         );
+        let epoch = spec.lease_transitions;
         match self.update(&read, spec).await {
-            Ok(()) => Acquire::Acquired,
+            Ok(()) => {
+                if let Some(intents) = &self.intents {
+                    intents.set_epoch(epoch.map_or(0, |t| u64::try_from(t).unwrap_or(0)));
+                }
+                Acquire::Acquired
+            }
             Err(error) => {
                 if error.status_code() == Some(409) {
                     tracing::debug!(%lease, "another elector updated the Lease first");
@@ -768,6 +774,8 @@ impl LeaderElector {
             Ok(written) => {
                 if let (Some(intents), Some((generation, _))) = (&self.intents, carried) {
                     intents.committed(generation);
+                    // A created Lease starts at leaseTransitions 0.
+                    intents.set_epoch(0);
                 }
                 self.remember(written);
                 Acquire::Acquired

@@ -267,6 +267,24 @@ struct ClusterCidrTasks {
     _writer: OwnedTask<()>,
 }
 
+/// The ClusterCIDR writer's term: a new name for every allocating term, so its stamps tell its
+/// writes from every earlier term's (see `cluster_cidrs::Term`), ordered by the epoch of our
+/// holding of the Lease (its `leaseTransitions`, [`crate::leader::WriteIntents::epoch`]) where the
+/// write intents keep one — a deposed leader then never stamps over its successor's stamp.
+fn writer_term(config: &ControllerConfig, shared: &Shared) -> cluster_cidrs::Term {
+    let fresh = cluster_cidrs::Term::fresh(config.instance.as_deref());
+    match shared
+        .settings
+        .write_gate
+        .intents
+        .as_ref()
+        .and_then(|i| i.epoch())
+    {
+        Some(epoch) => cluster_cidrs::Term::new(epoch, fresh.name()),
+        None => fresh,
+    }
+}
+
 impl ClusterCidrTasks {
     fn start(
         config: &ControllerConfig,
@@ -287,14 +305,12 @@ impl ClusterCidrTasks {
                 view.clone(),
                 shared.clone(),
             )),
-            // A new term name for every allocating term: the stamps it writes tell its writes
-            // from every earlier term's (see `cluster_cidrs::Term`).
             _writer: OwnedTask::spawn(cluster_cidrs::write(
                 api,
                 view,
                 shared.clone(),
                 recorder,
-                cluster_cidrs::Term::fresh(config.instance.as_deref()),
+                writer_term(config, shared),
             )),
         }
     }

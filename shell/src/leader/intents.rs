@@ -125,6 +125,8 @@ struct State {
     generation: u64,
     /// What a predecessor left in the Lease when we took it.
     inherited: BTreeMap<String, WriteIntent>,
+    /// The Lease's `leaseTransitions` our acquisition wrote (see [`WriteIntents::epoch`]).
+    epoch: Option<u64>,
 }
 
 impl Default for WriteIntents {
@@ -200,6 +202,24 @@ impl WriteIntents {
         state.wanted = intents.clone();
         state.inherited = intents;
         state.generation += 1;
+    }
+
+    /// Notes the `leaseTransitions` our successful acquisition wrote: it grows with every change
+    /// of holder, and each value is committed by the Lease's resourceVersion-preconditioned update,
+    /// so no two holders ever share one and a later holder's is larger.
+    pub fn set_epoch(&self, epoch: u64) {
+        self.lock().epoch = Some(epoch);
+    }
+
+    /// The epoch of our holding of the Lease ([`WriteIntents::set_epoch`]); `None` before we hold
+    /// it. Orders the terms of successive holders (the ClusterCIDR writer's stamps use it).
+    pub fn epoch(&self) -> Option<u64> {
+        self.lock().epoch
+    }
+
+    /// The Nodes whose intent is held: a write to each may still land, whenever (sorted).
+    pub fn nodes(&self) -> Vec<String> {
+        self.lock().wanted.keys().cloned().collect()
     }
 
     /// The intents inherited at acquisition (sorted by Node name).

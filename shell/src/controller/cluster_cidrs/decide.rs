@@ -126,6 +126,11 @@ impl Term {
         }
     }
 
+    /// The term's name (unique to one allocating term).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// A term name for a new allocating term, epoch 0 (no order between terms): `instance` (the
     /// replica's identity, if any) and 64 random bits (the standard library's per-process random
     /// hash keys and the clock), so two terms — of two replicas, or one replica leading twice —

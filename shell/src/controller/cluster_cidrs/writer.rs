@@ -92,16 +92,24 @@ fn plan(
     memory: &mut WriterMemory,
     term: &Term,
 ) -> Vec<Write> {
-    let now = Instant::now();
-    // A Node write that may still land (its outcome unknown) counts as a holder.
-    let in_doubt: Vec<NodeName> = shared
-        .settings
-        .in_doubt
-        .deadlines()
-        .into_iter()
-        .filter(|(_, until)| *until > now)
-        .map(|(node, _)| node)
-        .collect();
+    // A Node write that may still land (its outcome unknown) counts as a holder: with write
+    // intents, every Node whose intent is in the Lease (whenever its write may arrive; an
+    // inherited one included); without them, the writes in doubt whose deadline is ahead (a
+    // timing assumption, see `controller::ControllerConfig::fence_lease`).
+    let in_doubt: Vec<NodeName> = match &shared.settings.write_gate.intents {
+        Some(intents) => intents.nodes().into_iter().map(NodeName::from).collect(),
+        None => {
+            let now = Instant::now();
+            shared
+                .settings
+                .in_doubt
+                .deadlines()
+                .into_iter()
+                .filter(|(_, until)| *until > now)
+                .map(|(node, _)| node)
+                .collect()
+        }
+    };
     memory.stamps += 1;
     let next_stamp = term.stamp(memory.stamps);
     let may_stamp = term.may_stamp(&entry.observed.object);
