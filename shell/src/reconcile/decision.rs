@@ -65,12 +65,13 @@ impl NodeView {
         self.pod_cidr.is_some() || !self.pod_cidrs.is_empty()
     }
 
-    /// The podCIDRs parsed as kube-controller-manager reads them ([`Cidr::parse_sloppy`]: host
-    /// bits and leading zeros allowed), or `None` if any is not a CIDR.
+    /// The podCIDRs parsed as kube-controller-manager and every Go reader of the Node read them
+    /// ([`Cidr::parse_pod_cidr`]: host bits and leading zeros allowed, an IPv4-mapped IPv6
+    /// network read as IPv4), or `None` if any is not a CIDR.
     pub(super) fn parsed_pod_cidrs(&self) -> Option<Vec<Cidr>> {
         self.raw_pod_cidrs()
             .iter()
-            .map(|t| Cidr::parse_sloppy(t).ok().map(|(c, _)| c))
+            .map(|t| Cidr::parse_pod_cidr(t).ok().map(|(c, _)| c))
             .collect()
     }
 }

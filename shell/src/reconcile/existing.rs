@@ -309,8 +309,10 @@ fn parse_existing(node: &NodeView, raw: &[String]) -> Result<Vec<Cidr>, SkipRepo
     for (index, text) in raw.iter().enumerate() {
         // Not trimmed: the API server rejects podCIDRs with surrounding whitespace, and a CNI
         // reading the Node would not parse them either. Leading zeros (`010.0.50.0/24`) are
-        // read as decimal, as kube-controller-manager's ParseCIDRSloppy reads them.
-        match Cidr::parse_sloppy(text) {
+        // read as decimal, as kube-controller-manager's ParseCIDRSloppy reads them, and an
+        // IPv4-mapped IPv6 network (`::ffff:10.9.1.0/120`) is the IPv4 range Go reads
+        // (`10.9.1.0/24`): the kubelet, kube-proxy and CNI plugins use that range.
+        match Cidr::parse_pod_cidr(text) {
             Ok((cidr, _)) => parsed.push(cidr),
             Err(error) => {
                 if bad.is_none() {
@@ -331,7 +333,7 @@ fn parse_existing(node: &NodeView, raw: &[String]) -> Result<Vec<Cidr>, SkipRepo
     }
     if let (Some(first_text), Some(first)) = (&node.pod_cidr, parsed.first())
         && !node.pod_cidrs.is_empty()
-        && Cidr::parse_sloppy(first_text).map(|(c, _)| c) != Ok(*first)
+        && Cidr::parse_pod_cidr(first_text).map(|(c, _)| c) != Ok(*first)
     {
         return Err(invalid(
             format!("spec.podCIDR {first_text:?} differs from spec.podCIDRs[0] {first}"),

@@ -599,3 +599,6 @@ mod cluster_cidrs_tests;
 
 #[cfg(test)]
 mod cluster_cidrs_hostile_tests;
+
+#[cfg(test)]
+mod mapped_tests;
