@@ -70,10 +70,12 @@ impl Allocator {
         if let Some(record) = self.nodes.get_mut(&node.name) {
             let entering = served && !record.served;
             match &record.state {
-                RecordState::Held | RecordState::Pending(_)
+                RecordState::Held | RecordState::Pending(_) | RecordState::Quarantined
                     if parsed.as_deref() == Some(&*record.held) =>
                 {
                     // Seen again, or our own PATCH observed before its response: now confirmed.
+                    // A Node re-created with the podCIDRs its deleted namesake held while they
+                    // were quarantined (`kubectl replace --force`) keeps them.
                     record.state = RecordState::Held;
                     record.uid = uid.map(Into::into);
                     let mut decision = Decision::new(Action::Keep {
@@ -113,7 +115,9 @@ impl Allocator {
             Err(skip) => self.skip_existing(node, raw, skip),
         };
         self.set_served(&node.name, served);
-        decision.after_metrics(released)
+        // A quarantine never outweighs a Node that shows the blocks (see `quarantine`).
+        let ended = self.end_quarantines_under(&node.name);
+        decision.after_metrics(released).after_metrics(ended)
     }
 
     /// Keeps a Node's podCIDRs that passed [`Allocator::check_existing`]: occupies them and holds
@@ -267,7 +271,7 @@ impl Allocator {
             let holder = self
                 .nodes
                 .iter()
-                .filter(|(name, _)| **name != node.name)
+                .filter(|(name, r)| **name != node.name && r.state != RecordState::Quarantined)
                 .flat_map(|(name, r)| r.held.iter().map(move |c| (name, c)))
                 .filter(|(_, c)| c.overlaps(cidr))
                 .min();
