@@ -13,11 +13,11 @@ impl Allocator {
     /// overlaps. Unknown names release nothing.
     ///
     /// With the deletion quarantine on ([`Allocator::set_deletion_quarantine`]), a Node that held
-    /// its podCIDRs ([`RecordState::Held`]) releases nothing yet: its blocks stay reserved for its
+    /// its podCIDRs (`RecordState::Held`) releases nothing yet: its blocks stay reserved for its
     /// name ([`Action::Quarantined`], [`Next::EndQuarantine`]), and the next `remove` of the name
     /// (the shell's timer) releases them. A Node of the name seen meanwhile ends the quarantine
     /// its own way (keeps or gets back the blocks, or releases them), and so does another Node
-    /// that shows podCIDRs overlapping them ([`Allocator::observe_existing`]).
+    /// that shows podCIDRs overlapping them (see `Allocator::observe_existing`).
     ///
     /// While the record is ahead of the informer (decided on a newer answer of the API server),
     /// the deletion may be of an earlier object of the name: nothing is released, and the
