@@ -178,6 +178,44 @@ impl Cidr {
         Ok((cidr, cidr.network != addr_bits(&addr)))
     }
 
+    /// Parses a Node's `spec.podCIDR`/`spec.podCIDRs` entry as every Go reader of the Node
+    /// reads it: [`Cidr::parse_sloppy`] (kube-controller-manager's `netutils.ParseCIDRSloppy`),
+    /// then [`Cidr::unmapped`], so `::ffff:10.9.1.0/120` is the IPv4 range `10.9.1.0/24`. The
+    /// second value says whether host bits were set. Compare the result's text with the input to
+    /// know whether it was canonical.
+    ///
+    /// # Errors
+    /// As [`Cidr::parse_sloppy`].
+    pub fn parse_pod_cidr(text: &str) -> Result<(Cidr, bool), CidrError> {
+        let (cidr, host_bits) = Cidr::parse_sloppy(text)?;
+        Ok((cidr.unmapped(), host_bits))
+    }
+
+    /// The range as Go reads an IPv6 network in the IPv4-mapped range `::ffff:0:0/96`
+    /// (RFC 4291 §2.5.5.2): the IPv4 network of its low 32 bits, with a prefix 96 bits shorter
+    /// (`::ffff:10.9.1.0/120` → `10.9.1.0/24`, `::ffff:10.9.0.60/126` → `10.9.0.60/30`,
+    /// `::ffff:0:0/96` → `0.0.0.0/0`). Any other CIDR is returned unchanged.
+    ///
+    /// The rule (Go's `net` package, and k8s.io/utils/net's fork of Go 1.16's `ParseCIDR` that
+    /// `ParseCIDRSloppy` is): `ParseCIDR` masks the 16-byte address with a 16-byte mask; the
+    /// result's `IP.To4()` is not nil when the masked network is in `::ffff:0:0/96`, and then
+    /// `IPNet.String()` prints the IPv4 form with the mask's last 32 bits, and every consumer
+    /// that asks `To4() != nil` (`netutils.IsIPv4CIDR`, the kubelet, kube-proxy, CNI plugins)
+    /// takes it as IPv4. A mask shorter than /96 clears part of the `ffff` marker, so the
+    /// network is an ordinary IPv6 one and stays so (`::ffff:10.9.0.0/95` → `::fffe:0:0/95`,
+    /// `::ffff:10.9.0.0/80` → `::/80`); `new_masked` has already cleared those bits here, so
+    /// such a network is never in the mapped range. Pure arithmetic on the fixed-width value.
+    pub const fn unmapped(&self) -> Cidr {
+        match self.family {
+            Family::V6 if self.prefix_len >= 96 && self.network >> 32 == 0xffff => Cidr {
+                family: Family::V4,
+                network: self.network & 0xffff_ffff,
+                prefix_len: self.prefix_len - 96,
+            },
+            _ => *self,
+        }
+    }
+
     /// The address family.
     pub const fn family(&self) -> Family {
         self.family
@@ -542,6 +580,53 @@ mod tests {
         }
         // What the strict parsers refuse, the sloppy one reads: the reason it exists.
         assert_eq!(Cidr::parse_masked("010.0.50.0/24"), Err(CidrError::Syntax));
+    }
+
+    /// Go's `net.ParseCIDR` and k8s.io/utils/net's `ParseCIDRSloppy` (checked with Go 1.26 and
+    /// k8s.io/utils v0.0.0-20260210185600-b8788abfbbc2: `IPNet.String()` and `IP.To4() != nil`)
+    /// on IPv4-mapped IPv6 text: a masked network inside `::ffff:0:0/96` is IPv4 with the prefix
+    /// 96 bits shorter; a prefix under /96 masks the `ffff` marker and leaves ordinary IPv6.
+    #[test]
+    fn parse_pod_cidr_reads_ipv4_mapped_networks_as_go_does() {
+        let cases = [
+            ("::ffff:10.9.1.0/120", "10.9.1.0/24", false),
+            ("::ffff:10.9.1.7/120", "10.9.1.0/24", true),
+            ("::ffff:10.9.0.60/126", "10.9.0.60/30", false),
+            ("::FFFF:10.9.1.0/120", "10.9.1.0/24", false),
+            ("0:0:0:0:0:ffff:10.9.1.0/120", "10.9.1.0/24", false),
+            ("::ffff:a09:100/120", "10.9.1.0/24", false),
+            ("::ffff:010.9.1.0/120", "10.9.1.0/24", false),
+            ("::ffff:10.9.1.0/128", "10.9.1.0/32", false),
+            ("::ffff:10.9.0.0/96", "0.0.0.0/0", true),
+            ("::ffff:0:0/96", "0.0.0.0/0", false),
+            ("::ffff:10.9.0.0/95", "::fffe:0:0/95", true),
+            ("::ffff:10.9.0.0/88", "::ff00:0:0/88", true),
+            ("::ffff:10.9.0.0/80", "::/80", true),
+            // Not mapped: unchanged.
+            ("::fffe:10.9.1.0/120", "::fffe:a09:100/120", false),
+            ("fd00::/64", "fd00::/64", false),
+            ("010.9.1.0/24", "10.9.1.0/24", false),
+        ];
+        for (input, go, host_bits) in cases {
+            let (c, had) = Cidr::parse_pod_cidr(input).unwrap_or_else(|e| panic!("{input}: {e}"));
+            assert_eq!(show(&c).as_str(), go, "{input}");
+            assert_eq!(had, host_bits, "{input}");
+            assert_eq!(c.unmapped(), c, "{input}: unmapped twice");
+        }
+        assert_eq!(
+            Cidr::parse_pod_cidr("::ffff:10.9.1.0/120")
+                .unwrap()
+                .0
+                .family(),
+            Family::V4
+        );
+        assert_eq!(
+            Cidr::parse_pod_cidr("::ffff:10.9.1.0/129"),
+            Err(CidrError::InvalidPrefixLen {
+                prefix_len: 129,
+                max: 128
+            })
+        );
     }
 
     #[test]

@@ -297,6 +297,13 @@ pub struct ControllerFlags {
     /// `cidrUpdateWorkers`). One slow or hung request holds one worker, not the controller.
     #[arg(long, global = true, value_name = "N", default_value_t = 30, value_parser = parse_workers)]
     pub node_cidr_update_workers: usize,
+    /// How long the pod CIDRs of a deleted Node stay reserved for its name before a Node waiting
+    /// for a block may take them (Go duration; `0` releases them at once). A Node of that name
+    /// created again meanwhile (`kubectl replace --force`, a restore) keeps them, or gets them
+    /// back if it has no podCIDRs. Liveness only: a shorter quarantine can leave the re-created
+    /// Node holding a block given away, which is reported as a conflict, never kept twice.
+    #[arg(long, global = true, value_name = "DURATION", default_value = "10s", value_parser = parse_go_duration)]
+    pub deleted_node_cidr_quarantine: Duration,
     /// Address for Prometheus metrics (`/metrics`) over plain HTTP **without authentication**,
     /// for local use (a workstation, `kubectl port-forward`); `0` disables. In a cluster, turn it
     /// off and scrape the authenticated `--secure-port` instead.

@@ -495,6 +495,8 @@ fn entry(view: &NodeView, action: Action) -> PlanNode {
         Action::Skip { reason } => (view.raw_pod_cidrs(), "skip", Some(reason)),
         Action::Fail { reason } => (Vec::new(), "fail", Some(reason)),
         Action::Released { .. } => (Vec::new(), "fail", Some("released".to_owned())),
+        // plan deletes no Node (and its allocator has no quarantine), so this does not occur.
+        Action::Quarantined { .. } => (Vec::new(), "fail", Some("quarantined".to_owned())),
         Action::NotServed { held } => {
             let reason = if held.is_empty() {
                 "not selected by --node-selector".to_owned()

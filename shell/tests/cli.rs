@@ -84,11 +84,19 @@ fn actions(json: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
-/// (first, last) address of a CIDR text, IPv4 only (enough for these tests).
+/// (first, last) address of a CIDR text, IPv4 only (enough for these tests), read as Go reads
+/// it: an IPv4-mapped IPv6 network (`::ffff:10.244.0.0/120`) is the IPv4 range of its low 32
+/// bits, 96 bits shorter.
 fn span(text: &str) -> Option<(u32, u32)> {
     let (addr, len) = text.trim().split_once('/')?;
-    let addr: std::net::Ipv4Addr = addr.parse().ok()?;
     let len: u32 = len.parse().ok()?;
+    let (addr, len) = match addr.parse::<std::net::Ipv4Addr>() {
+        Ok(v4) => (v4, len),
+        Err(_) => {
+            let v6: std::net::Ipv6Addr = addr.parse().ok()?;
+            (v6.to_ipv4_mapped()?, len.checked_sub(96)?)
+        }
+    };
     let host = 32u32.checked_sub(len)?;
     let lo = u32::from(addr) & !((1u64 << host) - 1) as u32;
     Some((lo, lo | ((1u64 << host) - 1) as u32))
@@ -435,6 +443,60 @@ fn pod_cidr_with_whitespace_is_invalid() {
     );
 }
 
+/// Issue 31, item 1: `plan` reads legacy IPv4-mapped podCIDRs as Go's `net.ParseCIDR` does —
+/// `::ffff:10.244.1.0/120` is 10.244.1.0/24, `::ffff:10.244.0.60/126` is 10.244.0.60/30 — keeps
+/// those Nodes with their IPv4 ranges, and gives the two new Nodes the other two blocks. Before,
+/// both were skipped as IPv6 (exit 1) and the new Nodes got 10.244.0.0/24 and 10.244.1.0/24.
+#[test]
+fn plan_reads_ipv4_mapped_pod_cidrs_as_go_does() {
+    let list = nodes(
+        &[
+            json!({"podCIDR": "::ffff:10.244.1.0/120", "podCIDRs": ["::ffff:10.244.1.0/120"]}),
+            json!({"podCIDR": "::ffff:10.244.0.60/126", "podCIDRs": ["::ffff:10.244.0.60/126"]}),
+            json!({}),
+            json!({}),
+        ],
+        &["legacy-120", "legacy-126", "new-1", "new-2"],
+    );
+    let (code, json, stderr) = plan(
+        &list,
+        &["--cluster-cidr=10.244.0.0/22", "--node-cidr-mask-size=24"],
+    );
+    assert_eq!(code, 0, "{json} {stderr}");
+    let rows: Vec<(String, String, Vec<String>)> = plan_json::rows(&json, "nodes")
+        .iter()
+        .map(|n| {
+            let cidrs = n["podCIDRs"]
+                .as_array()
+                .expect("podCIDRs")
+                .iter()
+                .map(|c| c.as_str().unwrap_or_default().to_owned())
+                .collect();
+            (
+                plan_json::text(n, "name"),
+                plan_json::text(n, "action"),
+                cidrs,
+            )
+        })
+        .collect();
+    let row = |name: &str, action: &str, cidr: &str| {
+        (name.to_owned(), action.to_owned(), vec![cidr.to_owned()])
+    };
+    assert_eq!(
+        rows,
+        [
+            row("legacy-120", "keep", "10.244.1.0/24"),
+            row("legacy-126", "keep", "10.244.0.60/30"),
+            row("new-1", "assign", "10.244.2.0/24"),
+            row("new-2", "assign", "10.244.3.0/24"),
+        ],
+        "{json}"
+    );
+    assert!(!stderr.contains("IPv6"), "{stderr}");
+    assert_eq!(json["pools"][0]["used"], 4, "{json}");
+    assert_no_double_assignment(&json, &[]);
+}
+
 /// Every other hostile podCIDR shape: exit 0/1, a reason per skipped Node, never a block twice.
 #[test]
 fn hostile_pod_cidrs_never_double_assign() {
@@ -497,9 +559,14 @@ fn hostile_pod_cidrs_never_double_assign() {
             1,
         ),
         (vec![json!({"podCIDR": "fd00::/64"}), json!({})], 1),
+        // Kept as the IPv4 range Go reads, 10.244.0.0/24 (issue 31, item 1).
         (
             vec![json!({"podCIDR": "::ffff:10.244.0.0/120"}), json!({})],
-            1,
+            0,
+        ),
+        (
+            vec![json!({"podCIDR": "::ffff:10.244.0.60/126"}), json!({})],
+            0,
         ),
         (vec![json!({"podCIDR": "192.168.0.0/24"}), json!({})], 1),
         (

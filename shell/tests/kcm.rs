@@ -457,6 +457,7 @@ fn every_visible_flag_is_in_the_table() {
         ours,
         [
             "allow-node-mask-label",
+            "deleted-node-cidr-quarantine",
             "health-probe-bind-address",
             "metrics-bind-address",
             "node-cidr-mask-size-rule",

@@ -110,6 +110,22 @@ pub fn name_of(node: &Value) -> String {
         .to_owned()
 }
 
+/// `net` as Go's `net.ParseCIDR` reads it (and so kube-controller-manager, the kubelet, CNI
+/// plugins): an IPv6 network in the IPv4-mapped range
+/// `::ffff:0:0/96` (only possible with a prefix of /96 or more) is the IPv4 network of its low
+/// 32 bits, 96 bits shorter (`::ffff:10.9.1.0/120` is `10.9.1.0/24`).
+pub fn as_go_reads(net: IpNet) -> IpNet {
+    let IpNet::V6(v6) = net else {
+        return net;
+    };
+    let segments = v6.network().segments();
+    if v6.prefix_len() < 96 || segments[..5] != [0; 5] || segments[5] != 0xffff {
+        return net;
+    }
+    let low = (u32::from(segments[6]) << 16) | u32::from(segments[7]);
+    ipnet::Ipv4Net::new(low.into(), v6.prefix_len() - 96).map_or(net, IpNet::V4)
+}
+
 fn bits(addr: IpAddr) -> u128 {
     match addr {
         IpAddr::V4(a) => u128::from(u32::from(a)),
@@ -209,7 +225,10 @@ pub fn check(
         let name = name_of(node);
         node_names.insert(name.clone());
         let texts = pod_cidrs_of(node);
-        let parsed: Vec<Option<IpNet>> = texts.iter().map(|t| t.parse::<IpNet>().ok()).collect();
+        let parsed: Vec<Option<IpNet>> = texts
+            .iter()
+            .map(|t| t.parse::<IpNet>().ok().map(as_go_reads))
+            .collect();
         for net in parsed.iter().flatten() {
             all_parsed.push((name.clone(), *net));
         }

@@ -156,6 +156,87 @@ async fn a_freed_block_goes_to_the_longest_waiting_node_first() {
     sb.shutdown().await;
 }
 
+/// Issue 31, item 2: `kubectl replace --force` of a Node while another Node waits. Pool of two
+/// blocks; `a` and `b` served, `c` waiting; `a` deleted and created again `recreate_after` later
+/// with its old podCIDRs (as `replace --force` or a restore does), then `b` deleted for good.
+/// With the default deletion quarantine (10 s) `a`'s block stays reserved for its name, so the
+/// re-created `a` keeps it and `c` gets `b`'s block once `b`'s quarantine ends: no conflict, no
+/// block given twice. Before the fix `c` was woken by `a`'s deletion and given `a`'s block at
+/// once, and the re-created `a` came back holding it (a PodCIDRConflict, a duplicate for
+/// every consumer of the Nodes). No time is asserted: `c` getting `b`'s block is the sign that
+/// the controller has come past both deletions.
+async fn replace_force_while_a_node_waits(recreate_after: Option<Duration>) {
+    init_tracing();
+    let mut doc = nodeipam_tests::sandbox::fixture(FIXTURE);
+    let template = doc["items"][0].clone();
+    doc["items"] = serde_json::json!([node_like(&template, "a"), node_like(&template, "b")]);
+    let sb = Sandbox::start(doc).await;
+    let ipam = ipam("10.10.0.0/23", "", masks(Some(24), None, None));
+    let mut config = fast_config(ipam.clone());
+    config.deletion_quarantine = nodeipam::controller::DEFAULT_DELETION_QUARANTINE;
+    let controller = spawn(&sb, config);
+    controller.wait_allocating(&sb).await;
+    assert!(sb.wait_until(WAIT, |sb| unserved(sb).is_empty()).await);
+    let (held_a, held_b) = (pod_cidrs(&sb, "a"), pod_cidrs(&sb, "b"));
+    assert_eq!(held_a.len(), 1);
+    sb.create_node(node_like(&template, "c")).unwrap();
+    assert!(
+        sb.wait_until(WAIT, |sb| {
+            common::events_with_reason(sb, nodeipam::reasons::CIDR_NOT_AVAILABLE)
+                .iter()
+                .any(|(n, _, _)| n == "c")
+        })
+        .await,
+        "c did not start waiting"
+    );
+
+    sb.delete_node("a").unwrap();
+    if let Some(delay) = recreate_after {
+        tokio::time::sleep(delay).await;
+    }
+    let mut again = node_like(&template, "a");
+    again["spec"]["podCIDR"] = held_a[0].clone().into();
+    again["spec"]["podCIDRs"] = serde_json::json!(held_a);
+    sb.create_node(again).unwrap();
+    sb.delete_node("b").unwrap();
+
+    assert!(
+        sb.wait_until(WAIT, |sb| !pod_cidrs(sb, "c").is_empty())
+            .await,
+        "c got no block within {WAIT:?}"
+    );
+    assert_eq!(
+        pod_cidrs(&sb, "c"),
+        held_b,
+        "c gets b's block, not the re-created a's {held_a:?}"
+    );
+    assert_eq!(pod_cidrs(&sb, "a"), held_a);
+    let conflicts = common::events_with_reason(&sb, nodeipam::reasons::POD_CIDR_CONFLICT);
+    assert!(conflicts.is_empty(), "{conflicts:?}");
+    let summary = controller.stop().await;
+    assert_eq!(
+        summary
+            .held
+            .get("a")
+            .map(|h| h.iter().map(ToString::to_string).collect::<Vec<_>>()),
+        Some(held_a)
+    );
+    check_end_state(&sb, &ipam, &[], &summary);
+    sb.shutdown().await;
+}
+
+/// [`replace_force_while_a_node_waits`], `a` created again at once (0 ms).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replace_force_at_once_keeps_the_block_for_the_recreated_node() {
+    replace_force_while_a_node_waits(None).await;
+}
+
+/// [`replace_force_while_a_node_waits`], `a` created again 50 ms after its deletion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replace_force_after_50_ms_keeps_the_block_for_the_recreated_node() {
+    replace_force_while_a_node_waits(Some(Duration::from_millis(50))).await;
+}
+
 /// Measures the time from a deletion to the PATCH that gives the freed block to a waiting Node,
 /// with `FREED_BLOCK_WAITING` (default 2,000) Nodes waiting at 20 QPS / burst 30, for
 /// `FREED_BLOCK_DELETES` (default 3, at most 3) deletions in turn. Reported, not asserted

@@ -119,11 +119,24 @@ pub struct ControllerConfig {
     /// keep every Node label (their node selectors may read any). Default `false`: nothing
     /// about ClusterCIDRs is read or written.
     pub cluster_cidrs: bool,
+    /// `--deleted-node-cidr-quarantine`: how long the blocks of a deleted Node stay reserved for
+    /// its name before a waiting Node may take them (default
+    /// [`DEFAULT_DELETION_QUARANTINE`]; zero releases them at once). For liveness only: see
+    /// [`Allocator::set_deletion_quarantine`].
+    pub deletion_quarantine: Duration,
 }
+
+/// The default `--deleted-node-cidr-quarantine`, 10 s: `kubectl replace --force` creates the Node
+/// again one request after its deletion completes (milliseconds), and a restore or a scripted
+/// delete-and-create within a few seconds; 10 s covers those and the watch's delivery of the
+/// re-created Node under load, while a freed block still reaches a waiting Node within about
+/// 11 s (a new Node's kubelet takes longer than that to come up).
+pub const DEFAULT_DELETION_QUARANTINE: Duration = Duration::from_secs(10);
 
 impl ControllerConfig {
     /// Defaults: 20 qps, burst 30, no leader election, 10 s request timeout, retries 250 ms→30 s,
-    /// 30 workers, streaming list, no start-up write fence, no ClusterCIDRs.
+    /// 30 workers, streaming list, no start-up write fence, no ClusterCIDRs, a deleted Node's
+    /// blocks quarantined for [`DEFAULT_DELETION_QUARANTINE`].
     pub fn new(ipam: IpamConfig) -> ControllerConfig {
         ControllerConfig {
             sizing: Sizing::range_allocator(&ipam),
@@ -137,6 +150,7 @@ impl ControllerConfig {
             retry_min_delay: Duration::from_millis(250),
             retry_max_delay: Duration::from_secs(30),
             workers: DEFAULT_WORKERS,
+            deletion_quarantine: DEFAULT_DELETION_QUARANTINE,
             initial_list: InitialList::Streaming,
             startup_write_fence: Duration::ZERO,
             fence_lease: None,
@@ -152,6 +166,7 @@ impl ControllerConfig {
         config.kube_api_burst = flags.kube_api_burst;
         config.instance = Some(identity.clone());
         config.workers = flags.node_cidr_update_workers;
+        config.deletion_quarantine = flags.deleted_node_cidr_quarantine;
         let lease = LeaseConfig {
             namespace: flags.leader_elect_resource_namespace.clone(),
             name: flags.leader_elect_resource_name.clone(),
@@ -262,6 +277,8 @@ pub async fn run_with_allocator(
     client: Client,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<RunSummary, Error> {
+    let mut allocator = allocator;
+    allocator.set_deletion_quarantine(!config.deletion_quarantine.is_zero());
     let (stop_tx, stop_rx) = watch::channel(false);
     let _shutdown_waiter = {
         let stop_tx = stop_tx.clone();

@@ -377,6 +377,7 @@ impl Workers {
                 waiting_recheck: config
                     .retry_max_delay
                     .saturating_mul(worker::WAITING_RECHECK_FACTOR),
+                deletion_quarantine: config.deletion_quarantine,
             },
             broken: feed.broken_tx.clone(),
         });

@@ -54,6 +54,9 @@ pub struct WorkerSettings {
     pub in_doubt: Arc<InDoubtWrites>,
     /// How long a waiting Node sleeps if no freed block wakes it (see [`WAITING_RECHECK_FACTOR`]).
     pub waiting_recheck: Duration,
+    /// How long a deleted Node's blocks stay reserved for its name
+    /// (`--deleted-node-cidr-quarantine`; [`Next::EndQuarantine`]).
+    pub deletion_quarantine: Duration,
 }
 
 /// What the dispatcher and the workers share. Built as a struct literal by `pipeline::run`
@@ -248,6 +251,13 @@ impl Shared {
             }
             // Handled by the caller: it re-reads the Node.
             Next::Reread => {}
+            // The shell only times the quarantine: the name is reconciled again when it is over,
+            // and the allocator decides (released if the Node is still gone).
+            Next::EndQuarantine => {
+                tracing::info!(node = %name, quarantine = ?self.settings.deletion_quarantine, "Node deleted: its pod CIDRs stay reserved for its name for the quarantine");
+                self.queue
+                    .add_after(name.clone(), self.settings.deletion_quarantine);
+            }
         }
     }
 
@@ -665,6 +675,7 @@ mod tests {
                 },
                 in_doubt: Arc::new(InDoubtWrites::new()),
                 waiting_recheck: Duration::from_secs(10),
+                deletion_quarantine: Duration::ZERO,
             },
             broken: watch::channel(None).0,
         }

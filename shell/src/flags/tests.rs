@@ -91,6 +91,32 @@ fn defaults_match_kube_controller_manager() {
     );
 }
 
+/// `--deleted-node-cidr-quarantine` (ours): 10 s by default, a Go duration, `0` turns it off;
+/// the controller's config takes it.
+#[test]
+fn deleted_node_cidr_quarantine_is_a_go_duration() {
+    let parse = |args: &[&str]| {
+        let mut all = vec!["nodeipam-controller", "--cluster-cidr=10.244.0.0/16"];
+        all.extend_from_slice(args);
+        Cli::try_parse_from(all).map(|cli| cli.controller.deleted_node_cidr_quarantine)
+    };
+    assert_eq!(parse(&[]).unwrap(), Duration::from_secs(10));
+    assert_eq!(
+        parse(&["--deleted-node-cidr-quarantine=1m30s"]).unwrap(),
+        Duration::from_secs(90)
+    );
+    assert_eq!(
+        parse(&["--deleted-node-cidr-quarantine", "0"]).unwrap(),
+        Duration::ZERO
+    );
+    assert!(parse(&["--deleted-node-cidr-quarantine=10"]).is_err());
+    assert!(parse(&["--deleted-node-cidr-quarantine=-1s"]).is_err());
+    assert_eq!(
+        crate::controller::DEFAULT_DELETION_QUARANTINE,
+        Duration::from_secs(10)
+    );
+}
+
 #[test]
 fn go_style_booleans() {
     let cli = Cli::try_parse_from([

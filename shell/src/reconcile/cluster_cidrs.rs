@@ -494,7 +494,7 @@ impl Allocator {
             let new: Vec<Cidr> = info
                 .raw
                 .iter()
-                .filter_map(|text| Cidr::parse_sloppy(text).ok().map(|(c, _)| c))
+                .filter_map(|text| Cidr::parse_pod_cidr(text).ok().map(|(c, _)| c))
                 .filter(|c| !record.held.contains(c))
                 .filter(|c| self.pool.set_index_of(*c).is_some())
                 .collect();

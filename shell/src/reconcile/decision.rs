@@ -65,12 +65,13 @@ impl NodeView {
         self.pod_cidr.is_some() || !self.pod_cidrs.is_empty()
     }
 
-    /// The podCIDRs parsed as kube-controller-manager reads them ([`Cidr::parse_sloppy`]: host
-    /// bits and leading zeros allowed), or `None` if any is not a CIDR.
+    /// The podCIDRs parsed as kube-controller-manager and every Go reader of the Node read them
+    /// ([`Cidr::parse_pod_cidr`]: host bits and leading zeros allowed, an IPv4-mapped IPv6
+    /// network read as IPv4), or `None` if any is not a CIDR.
     pub(super) fn parsed_pod_cidrs(&self) -> Option<Vec<Cidr>> {
         self.raw_pod_cidrs()
             .iter()
-            .map(|t| Cidr::parse_sloppy(t).ok().map(|(c, _)| c))
+            .map(|t| Cidr::parse_pod_cidr(t).ok().map(|(c, _)| c))
             .collect()
     }
 }
@@ -143,6 +144,12 @@ pub enum Action {
         /// The CIDRs that were held for it.
         pod_cidrs: Vec<Cidr>,
     },
+    /// The Node was deleted while holding `pod_cidrs`: they stay reserved for its name for the
+    /// deletion quarantine ([`super::Allocator::set_deletion_quarantine`]), then are released.
+    Quarantined {
+        /// The CIDRs held for the name.
+        pod_cidrs: Vec<Cidr>,
+    },
     /// The Node is not selected by `--node-selector`: nothing is written, no event is published
     /// and it is counted neither as skipped nor as waiting. What it holds stays occupied.
     NotServed {
@@ -177,6 +184,10 @@ pub enum Next {
     /// Wait until a freed block wakes the Node (the longest-waiting first), with a slow safety
     /// re-check.
     WaitForFreeBlock,
+    /// The deleted Node's blocks are quarantined: when the quarantine's time is up
+    /// (`--deleted-node-cidr-quarantine`, timed by the shell), reconcile the name again; if it is
+    /// still gone, [`super::Allocator::remove`] then releases them.
+    EndQuarantine,
 }
 
 /// Severity of an event.

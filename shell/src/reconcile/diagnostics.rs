@@ -5,7 +5,7 @@
 //! | code | finding |
 //! |---|---|
 //! | R05 | a cluster CIDR holds a single node block (e.g. an IPv6 /64 with the default /64 mask): one Node gets a pod CIDR, every other waits; with node-pool rules or mask labels giving finer sizes, a Node of the default size takes the whole cluster CIDR |
-//! | R08 | a Node's podCIDR is not canonical (`10.1.2.2/24`, `010.0.50.0/24`): host bits set, leading zeros (read as decimal, as kcm's ParseCIDRSloppy), or written otherwise than its canonical form (whatever its size: a podCIDR of another size than the default, kept under node-pool rules, is not a finding) |
+//! | R08 | a Node's podCIDR is not canonical (`10.1.2.2/24`, `010.0.50.0/24`): host bits set, leading zeros (read as decimal, as kcm's ParseCIDRSloppy), an IPv4 range in IPv4-mapped IPv6 form (`::ffff:10.9.1.0/120`, read as `10.9.1.0/24` as Go reads it), or written otherwise than its canonical form (whatever its size: a podCIDR of another size than the default, kept under node-pool rules, is not a finding) |
 //! | R10 | dual-stack: a Node's podCIDRs are in the other family order than `--cluster-cidr` |
 //! | R11 | dual-stack: a Node has podCIDRs of one family only — it will never get the other |
 //! | R13 | no `--service-cluster-ip-range`, while a cluster CIDR overlaps a well-known default service range |
@@ -160,7 +160,12 @@ impl Finding {
                 written,
                 canonical,
             } => {
-                if Cidr::parse_masked(written).is_err() {
+                if Cidr::parse_sloppy(written).is_ok_and(|(c, _)| c.family() != canonical.family())
+                {
+                    format!(
+                        "Node {node} has podCIDR {written:?}, which is not canonical (an IPv4 range in \"::ffff:\" mapped notation): Go's net.ParseCIDR, kube-controller-manager, the kubelet and CNI plugins read it as {canonical}, and the controller reserves {canonical}; write it as {canonical}"
+                    )
+                } else if Cidr::parse_masked(written).is_err() {
                     format!(
                         "Node {node} has podCIDR {written:?}, which is not canonical (leading zeros): the controller reads them as decimal, as kube-controller-manager does, and reserves {canonical}, but a tool reading them as octal sees another range; write podCIDRs without leading zeros"
                     )
@@ -293,7 +298,7 @@ pub fn node_findings_in(cluster_cidrs: &[Cidr], node: &NodeView) -> Vec<Finding>
     let mut parsed = Vec::with_capacity(raw.len());
     let mut findings = Vec::new();
     for text in &raw {
-        let Ok((cidr, _)) = Cidr::parse_sloppy(text) else {
+        let Ok((cidr, _)) = Cidr::parse_pod_cidr(text) else {
             return Vec::new();
         };
         if cidr.to_string() != *text {

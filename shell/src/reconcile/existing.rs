@@ -80,10 +80,12 @@ impl Allocator {
         if let Some(record) = self.nodes.get_mut(&node.name) {
             let entering = served && !record.served;
             match &record.state {
-                RecordState::Held | RecordState::Pending(_)
+                RecordState::Held | RecordState::Pending(_) | RecordState::Quarantined
                     if parsed.as_deref() == Some(&*record.held) =>
                 {
                     // Seen again, or our own PATCH observed before its response: now confirmed.
+                    // A Node re-created with the podCIDRs its deleted namesake held while they
+                    // were quarantined (`kubectl replace --force`) keeps them.
                     record.state = RecordState::Held;
                     record.uid = uid.map(Into::into);
                     let mut decision = Decision::new(Action::Keep {
@@ -123,7 +125,9 @@ impl Allocator {
             Err(skip) => self.skip_existing(node, raw, skip),
         };
         self.set_served(&node.name, served);
-        decision.after_metrics(released)
+        // A quarantine never outweighs a Node that shows the blocks (see `quarantine`).
+        let ended = self.end_quarantines_under(&node.name);
+        decision.after_metrics(released).after_metrics(ended)
     }
 
     /// Reserves `pod_cidrs` for Node `node` as a write in doubt that a predecessor recorded in the
@@ -339,7 +343,7 @@ impl Allocator {
             let holder = self
                 .nodes
                 .iter()
-                .filter(|(name, _)| **name != node.name)
+                .filter(|(name, r)| **name != node.name && r.state != RecordState::Quarantined)
                 .flat_map(|(name, r)| r.held.iter().map(move |c| (name, c)))
                 .filter(|(_, c)| c.overlaps(cidr))
                 .min();
@@ -381,8 +385,10 @@ fn parse_existing(node: &NodeView, raw: &[String]) -> Result<Vec<Cidr>, SkipRepo
     for (index, text) in raw.iter().enumerate() {
         // Not trimmed: the API server rejects podCIDRs with surrounding whitespace, and a CNI
         // reading the Node would not parse them either. Leading zeros (`010.0.50.0/24`) are
-        // read as decimal, as kube-controller-manager's ParseCIDRSloppy reads them.
-        match Cidr::parse_sloppy(text) {
+        // read as decimal, as kube-controller-manager's ParseCIDRSloppy reads them, and an
+        // IPv4-mapped IPv6 network (`::ffff:10.9.1.0/120`) is the IPv4 range Go reads
+        // (`10.9.1.0/24`): the kubelet, kube-proxy and CNI plugins use that range.
+        match Cidr::parse_pod_cidr(text) {
             Ok((cidr, _)) => parsed.push(cidr),
             Err(error) => {
                 if bad.is_none() {
@@ -403,7 +409,7 @@ fn parse_existing(node: &NodeView, raw: &[String]) -> Result<Vec<Cidr>, SkipRepo
     }
     if let (Some(first_text), Some(first)) = (&node.pod_cidr, parsed.first())
         && !node.pod_cidrs.is_empty()
-        && Cidr::parse_sloppy(first_text).map(|(c, _)| c) != Ok(*first)
+        && Cidr::parse_pod_cidr(first_text).map(|(c, _)| c) != Ok(*first)
     {
         return Err(invalid(
             format!("spec.podCIDR {first_text:?} differs from spec.podCIDRs[0] {first}"),

@@ -50,6 +50,7 @@ mod decision;
 pub mod diagnostics;
 mod existing;
 mod outcome;
+mod quarantine;
 mod release;
 
 pub use cluster_cidrs::{ClusterCidrSync, Fence, Holders, MAX_BACKING_SETS};
@@ -100,6 +101,11 @@ enum RecordState {
     /// object) before the informer did: nothing is held, and the informer's stale copy of that
     /// object gets nothing allocated.
     Gone,
+    /// The Node object `uid` was deleted while holding `held`: the blocks stay reserved for its
+    /// name until the deletion quarantine ends ([`Allocator::remove`] again), so a Node of that
+    /// name re-created with them (`kubectl replace --force`, a restore) keeps them, and one
+    /// re-created without podCIDRs gets them back ([`Allocator::set_deletion_quarantine`]).
+    Quarantined,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,6 +176,9 @@ pub struct Allocator {
     space_holders_memo: Option<(u64, Vec<(Cidr, String)>)>,
     /// Records [`Allocator::space_holders`] has looked through, in total (its cost, for tests).
     space_holders_visited: u64,
+    /// Whether the deletion of a Node holding podCIDRs quarantines them for its name
+    /// ([`Allocator::set_deletion_quarantine`]).
+    deletion_quarantine: bool,
 }
 
 impl Allocator {
@@ -217,7 +226,24 @@ impl Allocator {
             holdings_generation: 0,
             space_holders_memo: None,
             space_holders_visited: 0,
+            deletion_quarantine: false,
         })
+    }
+
+    /// Turns the deletion quarantine on or off (off when built; the controller turns it on with
+    /// a non-zero `--deleted-node-cidr-quarantine`). While on, [`Allocator::remove`] of a Node
+    /// holding podCIDRs keeps them reserved for its name ([`Action::Quarantined`],
+    /// [`Next::EndQuarantine`]) until `remove` is called for the name again, when the shell's
+    /// timer ends the quarantine.
+    ///
+    /// The quarantine is for liveness and behaviour parity only: `kubectl replace --force` (or a
+    /// restore) deletes a Node and creates it again with the same podCIDRs; without it a Node
+    /// waiting for a block is woken by the deletion and given that block before the watch shows
+    /// the re-created Node, which then holds a block another Node was given — reported as a
+    /// conflict ([`SkipKind::Conflict`]), never kept twice. Safety never rests on its length:
+    /// if it ends before the re-created Node is seen, that is exactly what happens, as without it.
+    pub fn set_deletion_quarantine(&mut self, on: bool) {
+        self.deletion_quarantine = on;
     }
 
     /// The per-Node sizes this allocator applies.
@@ -416,6 +442,14 @@ impl Allocator {
                         reason: "the API server says this Node object is gone; waiting for the watch to catch up".to_owned(),
                     });
                 }
+                // A deleted Node of this name left blocks in quarantine: a re-created one
+                // without podCIDRs gets them back when they are what it would be given.
+                RecordState::Quarantined if !node.deleting => {
+                    if let Some(decision) = self.give_back(node) {
+                        return decision;
+                    }
+                    released = self.forget(&node.name);
+                }
                 // Any other record belongs to an earlier object of this name (it had podCIDRs,
                 // which cannot be removed, or another uid): that object is gone, and writes pinned
                 // to its uid cannot reach this one.
@@ -485,7 +519,7 @@ impl Allocator {
                 && match record.state {
                     RecordState::Pending(_) | RecordState::Gone => true,
                     RecordState::Held => uid.is_some(),
-                    RecordState::Skipped(_) => false,
+                    RecordState::Skipped(_) | RecordState::Quarantined => false,
                 }
         });
         let released = if keep {
@@ -599,3 +633,9 @@ mod cluster_cidrs_tests;
 
 #[cfg(test)]
 mod cluster_cidrs_hostile_tests;
+
+#[cfg(test)]
+mod mapped_tests;
+
+#[cfg(test)]
+mod quarantine_tests;

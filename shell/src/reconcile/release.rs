@@ -3,12 +3,21 @@
 
 use nodeipam_core::Cidr;
 
+#[cfg(doc)]
+use super::Next;
 use super::{Action, Allocator, Decision, MetricEvent, NodeRecord, RecordState, informer_behind};
 
 impl Allocator {
     /// Node `name` is gone (the informer delivered its deletion, or it is no longer listed):
     /// releases every block it held, except blocks another Node's podCIDR or a service CIDR still
     /// overlaps. Unknown names release nothing.
+    ///
+    /// With the deletion quarantine on ([`Allocator::set_deletion_quarantine`]), a Node that held
+    /// its podCIDRs (`RecordState::Held`) releases nothing yet: its blocks stay reserved for its
+    /// name ([`Action::Quarantined`], [`Next::EndQuarantine`]), and the next `remove` of the name
+    /// (the shell's timer) releases them. A Node of the name seen meanwhile ends the quarantine
+    /// its own way (keeps or gets back the blocks, or releases them), and so does another Node
+    /// that shows podCIDRs overlapping them (see `Allocator::observe_existing`).
     ///
     /// While the record is ahead of the informer (decided on a newer answer of the API server),
     /// the deletion may be of an earlier object of the name: nothing is released, and the
@@ -21,6 +30,9 @@ impl Allocator {
             .is_some_and(|r| r.ahead_of_informer && r.state != RecordState::Gone)
         {
             return informer_behind();
+        }
+        if let Some(decision) = self.quarantine(name) {
+            return decision;
         }
         self.release_record(name)
     }

@@ -523,7 +523,7 @@ impl NodeIpam {
         }
         match d.next {
             Next::Done | Next::WaitForFreeBlock => {}
-            Next::RetryBackoff | Next::RetryAfter(_) => {
+            Next::RetryBackoff | Next::RetryAfter(_) | Next::EndQuarantine => {
                 run.work.insert(name);
             }
             Next::Reread => {

@@ -116,6 +116,8 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
     flag("controller-start-interval", Value, Both, Ignored("this process starts one controller")),
     flag("controllers", Value, Both, Implemented(
         "read as kcm does (`*`, `name`, `-name`; first match wins; the node IPAM controller is `nodeipam`/`node-ipam-controller` in kcm and `node-ipam` in cloud-provider-azure's ccm); a list that disables it exits 2, since this process is that controller; other names are not checked")),
+    flag("deleted-node-cidr-quarantine", Value, Ours, Implemented(
+        "how long the pod CIDRs of a deleted Node stay reserved for its name before a Node waiting for a block may take them (default `10s`; `0` releases them at once). `kubectl replace --force` creates the Node again one request after the deletion completes (milliseconds), a restore or a scripted delete-and-create within seconds: 10 s covers those and the watch's delivery lag, so the re-created Node keeps its block (or gets it back if it has no podCIDRs) instead of a waiting Node taking it. Liveness only: a quarantine that ends first leaves the re-created Node holding a block given away, reported as `PodCIDRConflict`, never kept twice (see README, Deleted Nodes)")),
     flag("deployment-controller-sync-period", Value, KcmRemoved, Ignored(OTHER_CONTROLLER)),
     flag("disable-attach-detach-reconcile-sync", Bool, Kcm, Ignored(OTHER_CONTROLLER)),
     flag("disable-force-detach-on-timeout", Bool, Kcm, Ignored(OTHER_CONTROLLER)),
