@@ -10,7 +10,8 @@
 //! - [`node_pools`]: per-Node mask sizes from rules and labels (`CloudAllocator`);
 //! - [`plan`]: the offline `plan` subcommand;
 //! - [`client`]: the Kubernetes client configuration from the flags; [`kube_error`]: reading the
-//!   client's errors; [`health`]: health, readiness and the `/metrics` router;
+//!   client's errors; [`health`]: health, readiness and the `/metrics` router; [`http_server`]:
+//!   the accept loop of every port, with its connection bounds;
 //! - [`leader`]: leader election over a Lease and the write fence;
 //! - [`malloc`]: glibc malloc's mmap threshold, fixed (peak RSS at scale);
 //! - [`controller`]: the tokio/kube-rs runner, [`controller::run`];
@@ -26,6 +27,7 @@ pub mod controller;
 pub mod error;
 pub mod flags;
 pub mod health;
+pub mod http_server;
 pub mod kube_error;
 pub mod leader;
 pub mod logging;
