@@ -13,7 +13,8 @@
 //!   client's errors; [`health`]: health, readiness and the `/metrics` router; [`http_server`]:
 //!   the accept loop of every port, with its connection bounds;
 //! - [`leader`]: leader election over a Lease and the write fence;
-//! - [`malloc`]: glibc malloc's mmap threshold, fixed (peak RSS at scale);
+//! - [`malloc`]: glibc malloc's mmap threshold, fixed (peak RSS at scale); [`open_files`]: the
+//!   soft open-file limit raised to the hard one at start;
 //! - [`controller`]: the tokio/kube-rs runner, [`controller::run`];
 //! - [`serving`]: the secure port (HTTPS, delegated authentication and authorization).
 //!
@@ -37,6 +38,7 @@ pub mod metrics;
 pub mod node_pools;
 pub mod node_selector;
 pub mod nodelist;
+pub mod open_files;
 pub mod plan;
 pub mod reasons;
 pub mod reconcile;
