@@ -305,13 +305,17 @@ pub struct ControllerFlags {
     #[arg(long, global = true, value_name = "DURATION", default_value = "10s", value_parser = parse_go_duration)]
     pub deleted_node_cidr_quarantine: Duration,
     /// Address for Prometheus metrics (`/metrics`) over plain HTTP **without authentication**,
-    /// for local use (a workstation, `kubectl port-forward`); `0` disables. In a cluster, turn it
-    /// off and scrape the authenticated `--secure-port` instead.
-    #[arg(long, global = true, value_name = "ADDR", default_value = "0.0.0.0:8080", value_parser = parse_bind_address)]
+    /// for local use (a workstation, `kubectl port-forward`), e.g. `127.0.0.1:8080`; `0` (the
+    /// default) disables: kube-controller-manager serves its metrics only on its secure port, and
+    /// so do we, on the authenticated `--secure-port`. Bounded as the secure port is (64
+    /// connections at once, headers within 30 s: `http_server`).
+    #[arg(long, global = true, value_name = "ADDR", default_value = "0", value_parser = parse_bind_address)]
     pub metrics_bind_address: BindAddress,
-    /// Address for `/healthz` and `/readyz` over plain HTTP, for local use; `0` disables. In a
-    /// cluster, probe the `--secure-port` instead.
-    #[arg(long, global = true, value_name = "ADDR", default_value = "0.0.0.0:8081", value_parser = parse_bind_address)]
+    /// Address for `/healthz`, `/livez` and `/readyz` over plain HTTP, for local use, e.g.
+    /// `127.0.0.1:8081`; `0` (the default) disables: kube-controller-manager serves its probes
+    /// only on its secure port, and the manifests probe `--secure-port`. Bounded as the secure
+    /// port is.
+    #[arg(long, global = true, value_name = "ADDR", default_value = "0", value_parser = parse_bind_address)]
     pub health_probe_bind_address: BindAddress,
 }
 

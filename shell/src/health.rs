@@ -12,6 +12,8 @@
 //!   item 6). A leader never gets there: it gives the Lease up after the renew deadline, which is
 //!   shorter.
 //! - `/metrics` (on `--metrics-bind-address`): the Prometheus text of the process's recorder.
+//!
+//! The plain ports are served by the secure port's accept loop without TLS ([`serve_router`]).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -219,24 +221,25 @@ pub fn metrics_router(handle: PrometheusHandle) -> Router {
     )
 }
 
-/// Serves `router` on `listener` until `shutdown` resolves.
+/// Serves `router` over plain HTTP on `listener` until `shutdown` resolves, with the secure
+/// port's bounds (at most 64 connections at once, request headers within 30 s, idle connections
+/// closed then: [`crate::http_server`]).
 ///
 /// # Errors
-/// The server's I/O error.
+/// None today (accept errors are logged and retried); the `Result` keeps the callers' shape.
 pub async fn serve_router(
     listener: tokio::net::TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
+    crate::http_server::serve_plain(listener, router, shutdown).await;
+    Ok(())
 }
 
-/// Serves the probes ([`router`]) on `listener` until `shutdown` resolves.
+/// Serves the probes ([`router`]) on `listener` until `shutdown` resolves ([`serve_router`]).
 ///
 /// # Errors
-/// The server's I/O error.
+/// As [`serve_router`].
 pub async fn serve(
     listener: tokio::net::TcpListener,
     health: Health,

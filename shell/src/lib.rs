@@ -10,9 +10,11 @@
 //! - [`node_pools`]: per-Node mask sizes from rules and labels (`CloudAllocator`);
 //! - [`plan`]: the offline `plan` subcommand;
 //! - [`client`]: the Kubernetes client configuration from the flags; [`kube_error`]: reading the
-//!   client's errors; [`health`]: health, readiness and the `/metrics` router;
+//!   client's errors; [`health`]: health, readiness and the `/metrics` router; [`http_server`]:
+//!   the accept loop of every port, with its connection bounds;
 //! - [`leader`]: leader election over a Lease and the write fence;
-//! - [`malloc`]: glibc malloc's mmap threshold, fixed (peak RSS at scale);
+//! - [`malloc`]: glibc malloc's mmap threshold, fixed (peak RSS at scale); [`open_files`]: the
+//!   soft open-file limit raised to the hard one at start;
 //! - [`controller`]: the tokio/kube-rs runner, [`controller::run`];
 //! - [`serving`]: the secure port (HTTPS, delegated authentication and authorization).
 //!
@@ -26,6 +28,7 @@ pub mod controller;
 pub mod error;
 pub mod flags;
 pub mod health;
+pub mod http_server;
 pub mod kube_error;
 pub mod leader;
 pub mod logging;
@@ -35,6 +38,7 @@ pub mod metrics;
 pub mod node_pools;
 pub mod node_selector;
 pub mod nodelist;
+pub mod open_files;
 pub mod plan;
 pub mod reasons;
 pub mod reconcile;

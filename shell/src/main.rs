@@ -177,6 +177,8 @@ fn run_controller(
         None
     };
     controller::install_panic_hook();
+    // Before the runtime and the first connection (issue 31, item 4).
+    nodeipam::open_files::raise_and_log();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

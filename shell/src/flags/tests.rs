@@ -382,3 +382,28 @@ fn config_errors_name_the_flag() {
     .expect("parses");
     assert!(cli.ipam.validate().is_ok());
 }
+
+/// Issue 31, item 4: the plain, unauthenticated ports are off unless given (kcm serves metrics and
+/// probes only on its secure port); given, they take the address as written.
+#[test]
+fn the_plain_ports_are_off_by_default() {
+    let cli = Cli::try_parse_from(["nodeipam-controller"]).expect("parses");
+    assert_eq!(cli.controller.metrics_bind_address, BindAddress(None));
+    assert_eq!(cli.controller.health_probe_bind_address, BindAddress(None));
+    let cli = Cli::try_parse_from([
+        "nodeipam-controller",
+        "--metrics-bind-address=127.0.0.1:8080",
+        "--health-probe-bind-address=:8081",
+    ])
+    .expect("parses");
+    let loopback: SocketAddr = "127.0.0.1:8080".parse().expect("address");
+    let every: SocketAddr = "0.0.0.0:8081".parse().expect("address");
+    assert_eq!(
+        cli.controller.metrics_bind_address,
+        BindAddress(Some(loopback))
+    );
+    assert_eq!(
+        cli.controller.health_probe_bind_address,
+        BindAddress(Some(every))
+    );
+}

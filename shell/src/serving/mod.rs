@@ -9,11 +9,12 @@
 //! | flags, defaults | [`SecureServingFlags`] | `k8s.io/apiserver/pkg/server/options/serving.go`, `authentication.go`, `authorization.go`; kcm's `app/options/options.go` |
 //! | certificate: files, or an in-memory self-signed one | [`tls`] | `SecureServingOptions.MaybeDefaultWithSelfSignedCerts("localhost", nil, [127.0.0.1])` |
 //! | authentication, authorization, caches | [`auth`] | `authenticatorfactory/delegating.go`, `authorizerfactory/delegating.go`, `authorization/path` |
-//! | the TLS accept loop | [`server`] | — |
+//! | the accept loop and its bounds, shared with the plain ports ([`crate::http_server`]) | [`server`] | — |
 //!
 //! The plain `--metrics-bind-address` / `--health-probe-bind-address` servers stay for local use
-//! (a developer's machine, `kubectl port-forward`); in a cluster they are turned off (`0`) and
-//! only the secure port is served.
+//! (a developer's machine, `kubectl port-forward`); they are off (`0`) by default, as kcm has no
+//! plain ports, and when on they run the same accept loop ([`crate::http_server`]) without TLS, with the same
+//! bounds.
 //!
 //! ```no_run
 //! # async fn demo(client: kube::Client, health: nodeipam::controller::Health,

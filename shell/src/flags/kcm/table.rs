@@ -138,7 +138,7 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
         "no kube-controller-manager feature gate changes this controller's allocation")),
     flag("flex-volume-plugin-dir", Value, Kcm, Ignored(OTHER_CONTROLLER)),
     flag("health-probe-bind-address", Value, Ours, Implemented(
-        "`/healthz`, `/livez` and `/readyz` over plain HTTP, for local use (default `0.0.0.0:8081`; `0` turns it off); in a cluster, probe `--secure-port`")),
+        "`/healthz`, `/livez` and `/readyz` over plain HTTP without authentication, for local use: **off by default** (`0`: kcm serves its probes only on its secure port); e.g. `127.0.0.1:8081` turns it on; at most 64 connections at once and headers within 30 s, as `--secure-port`; in a cluster, probe `--secure-port`")),
     flag("horizontal-pod-autoscaler-cpu-initialization-period", Value, Kcm, Ignored(OTHER_CONTROLLER)),
     flag("horizontal-pod-autoscaler-downscale-stabilization", Value, Kcm, Ignored(OTHER_CONTROLLER)),
     flag("horizontal-pod-autoscaler-initial-readiness-delay", Value, Kcm, Ignored(OTHER_CONTROLLER)),
@@ -181,7 +181,7 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
         "as kcm (`clientcmd.BuildConfigFromFlags`): alone, no credentials are sent")),
     flag("max-endpoints-per-slice", Value, Kcm, Ignored(OTHER_CONTROLLER)),
     flag("metrics-bind-address", Value, Ours, Implemented(
-        "Prometheus `/metrics` over plain HTTP **without authentication**, for local use (default `0.0.0.0:8080`; `0` turns it off); in a cluster, scrape the authenticated `--secure-port`, as kcm serves its metrics")),
+        "Prometheus `/metrics` over plain HTTP **without authentication**, for local use: **off by default** (`0`: kcm serves its metrics only on its secure port); e.g. `127.0.0.1:8080` turns it on; at most 64 connections at once and headers within 30 s, as `--secure-port`; in a cluster, scrape the authenticated `--secure-port`, as kcm serves its metrics")),
     flag("min-resync-period", Value, Both, Ignored(
         "the informer watches every Node change and never resyncs")),
     flag("mirroring-concurrent-service-endpoint-syncs", Value, Kcm, Ignored(OTHER_CONTROLLER)),
