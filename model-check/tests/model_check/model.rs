@@ -1,21 +1,32 @@
-//! The model: an abstract API server (Nodes with uids, uid-pinned PATCHes, a watch per replica, a
-//! Lease) and one or two controller replicas whose every decision is made by the controller's own
-//! code — `reconcile::Allocator` (decide, decide_fresh, patch_outcome, remove, object_gone,
-//! startup_occupy), `controller::in_doubt::InDoubtWrites` (record, pending) and
-//! `controller::Leadership::may_start_write` (the Lease write fence). What the model draws itself
-//! is the plumbing around them: the work queue, which answer a PATCH gets, when time passes.
+//! The model: an abstract API server (Nodes with uids, uid-pinned PATCHes that may be delivered
+//! any number of steps after they were sent, a watch per replica, a Lease holding the write
+//! intents) and one or two controller replicas whose every decision is made by the controller's
+//! own code — `reconcile::Allocator` (decide, decide_fresh, patch_outcome, remove, object_gone,
+//! startup_occupy, seed_write_in_doubt), `controller::in_doubt::InDoubtWrites` (record, pending)
+//! and `controller::Leadership::may_start_write` (the Lease write gate). What the model draws
+//! itself is the plumbing around them: the work queue, the intent log and the Lease writes that
+//! carry it (`leader::intents::WriteIntents` and `controller::gate`: an intent recorded with the
+//! assignment, Lease UPDATEs carrying the log, the PATCH only after a committed write holds its
+//! intent, an intent settled once its Node's record is no longer pending; the successor's
+//! `controller::inherited`), which answer a PATCH gets, when time passes.
 //!
-//! Time is abstract: one tick is one unit; the request timeout `T` is 1 tick, the lease duration
-//! `L` 3 ticks, the renew deadline 2 ticks (`L > renew deadline`, as the controller validates).
-//! Every time in the state is relative to now (ages and time left, capped where larger values
-//! change nothing), so the state space is finite although time never stops. The controller's
-//! functions take `Instant`s: the model hands them `BASE + 1000 s` as "now" and times relative to
-//! it (all of them are invariant under a shift of time).
+//! No server deadline (issue 30 dropped assumption A1): a PATCH the server has not handled stays
+//! there, and may be handled at any later step, for as long as it can still change something (its
+//! Node object, the uid it is pinned to, exists without podCIDRs). Safety therefore rests on the
+//! Lease's compare-and-swap alone; time decides liveness only.
+//!
+//! Time is abstract: one tick is one unit; the request timeout `T` is 2 ticks, the lease duration
+//! `L` 3 ticks, the renew deadline 2 ticks: renew deadline + request timeout > lease duration, as
+//! with the defaults (10 s + 10 s > 15 s), so a write gate that forgets the request timeout opens
+//! where the real one is shut. Every time in the state is relative to now (ages and time left,
+//! capped where larger values change nothing), so the state space is finite although time never
+//! stops. The controller's functions take `Instant`s: the model hands them `BASE + 1000 s` as
+//! "now" and times relative to it (all of them are invariant under a shift of time).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use nodeipam::controller::Leadership;
@@ -28,7 +39,7 @@ use nodeipam_core::{Cidr, IpamConfig, NodeMaskFlags};
 use stateright::{Model, Property};
 
 /// The request timeout, ticks.
-pub const T: u8 = 1;
+pub const T: u8 = 2;
 /// The Lease duration, ticks.
 pub const LEASE: u8 = 3;
 /// The renew deadline, ticks: a leader that has not renewed for this long gives up.
@@ -36,17 +47,13 @@ pub const RENEW_DEADLINE: u8 = 2;
 /// One tick, as a `Duration` for the controller's functions.
 const TICK: Duration = Duration::from_secs(1);
 
+/// A write: (uid, block) of a Node name.
+pub type Write = (u8, u8);
+
 /// Old behaviour re-introduced, one switch per bug of RELIABILITY.md that lies in the modelled
-/// code. All off: today's code.
+/// code, and one per rule the write-intent fence relies on (issue 30). All off: today's code.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Bugs {
-    /// Bug 1: the server's deadline for a PATCH was longer than the client's request timeout
-    /// (`timeout=1s` sent for a 500 ms timeout): the server may commit one tick after the client
-    /// (and every fence counting on `T`) gave up on it.
-    pub b1_server_deadline_past_timeout: bool,
-    /// Bug 2: without leader election a restarted controller listed (and allocated) at once,
-    /// before its start-up write fence; only its writes waited for the fence.
-    pub b2_list_before_startup_fence: bool,
     /// Bug 4: a killed leader's orphaned elector released the Lease (the standby took over at
     /// once, no lease-duration wait).
     pub b4_kill_releases_lease: bool,
@@ -71,6 +78,26 @@ pub struct Bugs {
     /// only `kill -9` drops it, and the process (the replica's incarnation) does not exit —
     /// release the Lease, restart — before its queued writes are sent.
     pub b12_gate_before_queue: bool,
+    /// The design before issue 30: writes fenced by time alone (the write gate, the hold before a
+    /// release), no intents in the Lease: nothing is recorded, a PATCH waits for nothing but the
+    /// gate, a successor inherits nothing.
+    pub fence_only: bool,
+    /// The PATCH is sent once its intent is recorded, before a Lease write holding it committed.
+    pub send_before_intent_commits: bool,
+    /// A takeover writes the Lease without the intents it read.
+    pub takeover_drops_intents: bool,
+    /// The successor allocates before it seeds the inherited intents: seeding is a later step
+    /// ([`Step::Seed`]) and reconciles may come first.
+    pub allocate_before_seeding: bool,
+    /// An intent leaves the log when its PATCH is answered, whatever the answer (an unknown
+    /// outcome leaves the record pending).
+    pub intent_dropped_while_pending: bool,
+    /// The PATCH does not pin `metadata.uid`: the server applies it to whatever object has the
+    /// name when it handles it.
+    pub patch_not_pinned_to_uid: bool,
+    /// The write gate without the request timeout: `now < fence` instead of
+    /// `now + timeout < fence` (`Leadership::may_start_write` called with a zero timeout).
+    pub gate_ignores_timeout: bool,
 }
 
 /// How many of each fault (and of each environment change) a run may inject. Once all are
@@ -86,8 +113,10 @@ pub struct Budget {
     /// Graceful stops (SIGTERM) of a running replica.
     pub stops: u8,
     /// PATCH answers without a definite outcome: answered early (504, dropped connection) with the
-    /// write still able to land, committed and then answered 5xx, or a request that hangs past
-    /// its deadline without being handled.
+    /// write still at the server (it may be handled at any later step), committed and then
+    /// answered 5xx, or a client that times out on a request the server has not handled (it stays
+    /// at the server, as late as it likes). A leader that loses the Lease or is killed with a
+    /// PATCH unanswered leaves it at the server too, without spending this.
     pub unknowns: u8,
     /// PATCHes refused with 409 Conflict (nothing written).
     pub conflicts: u8,
@@ -108,7 +137,7 @@ pub struct Config {
     pub names: usize,
     /// Which of the names have a Node (without podCIDRs) at the start.
     pub initial_nodes: usize,
-    /// Replicas: 2 with leader election; 1 without (a restart waits for the start-up fence).
+    /// Replicas: 2 with leader election; 1 without (a restart takes the Lease at once).
     pub replicas: usize,
     /// Whether the replicas elect a leader through the Lease.
     pub leader_election: bool,
@@ -187,6 +216,18 @@ fn block_of(cidr: &Cidr) -> u8 {
     (1..=3u8).find(|b| block_cidr(*b) == *cidr).unwrap_or(0)
 }
 
+/// The API server's view of Node `name` as the object `node`.
+fn view_of(name: u8, node: &ServerNode) -> NodeView {
+    let mut view = names()[usize::from(name)].clone();
+    view.uid = Some(uid_text(node.uid));
+    view.pod_cidr = node.block.map(|b| block_cidr(b).to_string());
+    view.pod_cidrs = node
+        .block
+        .map(|b| vec![block_cidr(b).to_string()])
+        .unwrap_or_default();
+    view
+}
+
 /// "Now" for the controller's functions: every time in the state is relative to it.
 fn now() -> tokio::time::Instant {
     static BASE: OnceLock<tokio::time::Instant> = OnceLock::new();
@@ -245,8 +286,8 @@ pub struct Patch {
     pub uid: u8,
     /// The block it writes.
     pub block: u8,
-    /// Ticks before the server's deadline; `None` once the server has handled it or given it up.
-    pub server_left: Option<u8>,
+    /// The server has not handled it yet: it may at any later step (no server deadline).
+    pub at_server: bool,
     /// What the server did (until the client reads it).
     pub result: Option<ServerResult>,
     /// Ticks before the client gives up; `None` once the client has its outcome (or is gone).
@@ -258,14 +299,9 @@ pub struct Patch {
 pub enum Phase {
     /// Not running (killed, stopped or exited); it restarts as a new incarnation.
     Down,
-    /// Running, not leading (trying to acquire the Lease).
+    /// Running, not leading (trying to acquire the Lease; without leader election it takes it
+    /// at once).
     Standby,
-    /// Without leader election: restarted, waiting `left` ticks (the start-up write fence)
-    /// before it lists.
-    Fencing {
-        /// Ticks left.
-        left: u8,
-    },
     /// Allocating.
     Leading,
     /// SIGTERM: in-flight PATCHes finish; then the Lease is held while writes are in doubt.
@@ -274,15 +310,23 @@ pub enum Phase {
 
 /// The allocator, compared and hashed by [`Allocator::model_key`].
 #[derive(Clone)]
-pub struct Alloc(pub Allocator, String);
+pub struct Alloc(pub Arc<Allocator>, Arc<str>);
 
 impl Alloc {
     fn new(a: Allocator) -> Alloc {
         let key = a.model_key();
-        Alloc(a, key)
+        Alloc(Arc::new(a), key.into())
     }
     fn rekey(&mut self) {
-        self.1 = self.0.model_key();
+        let key = self.0.model_key();
+        if *self.1 != *key {
+            self.1 = key.into();
+        }
+    }
+    /// The allocator to change: shared between states until then (a state is cloned at every
+    /// step; the allocator is copied only when a step changes it).
+    fn get(&mut self) -> &mut Allocator {
+        Arc::make_mut(&mut self.0)
     }
 }
 
@@ -318,14 +362,20 @@ pub struct Running {
     pub waiting: BTreeSet<u8>,
     /// Names whose next step is a GET (`Next::Reread`).
     pub reread: BTreeSet<u8>,
-    /// Assigned writes waiting for the write gate: name → (uid, block).
-    pub to_write: BTreeMap<u8, (u8, u8)>,
+    /// Assigned writes waiting for their intent to commit and for the write gate: name → (uid,
+    /// block).
+    pub to_write: BTreeMap<u8, Write>,
+    /// The intent log (`leader::intents::WriteIntents`): the intents this replica wants the Lease
+    /// to hold, name → (uid, block). An assignment records one; one leaves when the Node's record
+    /// is no longer pending; a takeover starts from the Lease's.
+    pub intents: BTreeMap<u8, Write>,
+    /// [`Bugs::allocate_before_seeding`] only (always empty without it): inherited intents not
+    /// seeded yet.
+    pub unseeded: BTreeMap<u8, Write>,
     /// Writes in doubt: name → ticks until the last may land (`InDoubtWrites`).
     pub in_doubt: BTreeMap<u8, u8>,
     /// The published pool usage (gauge), blocks.
     pub gauge: u32,
-    /// Without leader election: ticks before writes may start (`WriteGate::not_before`).
-    pub fence_left: u8,
 }
 
 /// One replica.
@@ -340,11 +390,11 @@ pub struct Replica {
     /// Bug 12 only ([`Bugs::b12_gate_before_queue`], always empty without it): writes of this
     /// incarnation that passed the write gate and wait for a token: name → (uid, block). Kept
     /// when the Lease is lost (the process winds down, its workers finish), dropped by `kill -9`.
-    pub queued: BTreeMap<u8, (u8, u8)>,
+    pub queued: BTreeMap<u8, Write>,
 }
 
 /// The Lease.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Lease {
     /// Holder: replica and incarnation (a restarted process is a new identity).
     pub holder: Option<(u8, u8)>,
@@ -352,6 +402,13 @@ pub struct Lease {
     pub age: u8,
     /// The holder's renewals fail from now on (Lease updates hang, reads fail): a fault.
     pub failing: bool,
+    /// The write intents the Lease holds (`nodeipam.io/write-intents`): name → (uid, block).
+    /// Only the holder's UPDATEs change them (renewals, [`Step::WriteLease`], the release),
+    /// each
+    /// preconditioned on the version it last wrote: the holder is the only writer between two
+    /// takeovers, so "my version is current" is "I am the holder". A takeover is the same
+    /// compare-and-swap on the version read and keeps them.
+    pub intents: BTreeMap<u8, Write>,
 }
 
 /// The whole state.
@@ -382,14 +439,22 @@ pub enum Step {
     Delete(u8),
     /// Replica `.0` (down) starts again.
     Restart(u8),
-    /// Replica `.0` takes the Lease (or, without election, starts after its fence) and lists.
+    /// Replica `.0` takes the Lease (a compare-and-swap keeping its intents; without election at
+    /// once), lists, and seeds the inherited intents as writes in doubt.
     Acquire(u8),
+    /// The holder `.0` writes the Lease with the intents it recorded (`leader::intents`: the
+    /// elector writes at once when the log has intents a committed write does not hold; the write
+    /// renews too). It commits unless the holder's Lease writes fail ([`Lease::failing`]).
+    WriteLease(u8),
+    /// [`Bugs::allocate_before_seeding`]: replica `.0` seeds the inherited intents now.
+    Seed(u8),
     /// The leader's renewals start failing (fault).
     LeaseFault,
     /// Replica `.0` reconciles Node `.1` as its informer shows it.
     Reconcile(u8, u8),
-    /// Replica `.0` sends the PATCH assigned to Node `.1` (the write gate is open). With bug 12
-    /// the write is queued instead ([`Replica::queued`]).
+    /// Replica `.0` sends the PATCH assigned to Node `.1` (a Lease write holding its intent has
+    /// committed and the write gate is open). With bug 12 the write is queued instead
+    /// ([`Replica::queued`]).
     StartWrite(u8, u8),
     /// Bug 12: replica `.0` sends its queued PATCH for Node `.1` without checking the gate again.
     SendQueued(u8, u8),
@@ -404,7 +469,8 @@ pub enum Step {
     /// The client of PATCH `.0` gets no definite answer (504 or a dropped connection, before or
     /// after the server handled it; fault).
     AnswerUnknown(usize),
-    /// The client of PATCH `.0` times out (its `T` has passed).
+    /// The client of PATCH `.0` times out (its `T` has passed; a request not handled yet stays at
+    /// the server).
     ClientTimeout(usize),
     /// Replica `.0`'s informer gets its next watch event.
     Deliver(u8),
@@ -432,14 +498,7 @@ pub struct NodeIpam {
 
 impl NodeIpam {
     fn view(&self, name: u8, node: &ServerNode) -> NodeView {
-        let mut view = names()[usize::from(name)].clone();
-        view.uid = Some(uid_text(node.uid));
-        view.pod_cidr = node.block.map(|b| block_cidr(b).to_string());
-        view.pod_cidrs = node
-            .block
-            .map(|b| vec![block_cidr(b).to_string()])
-            .unwrap_or_default();
-        view
+        view_of(name, node)
     }
 
     fn fresh(&self, a: &mut Allocator, view: &NodeView) -> Decision {
@@ -451,7 +510,7 @@ impl NodeIpam {
     }
 
     /// A replica lists: a new allocator, start-up occupy, every Node queued.
-    fn list(&self, s: &State, fence_left: u8) -> Running {
+    fn list(&self, s: &State) -> Running {
         let mut a = match Allocator::new(&ipam()) {
             Ok(a) => a,
             Err(e) => panic!("allocator: {e}"),
@@ -475,9 +534,45 @@ impl NodeIpam {
             waiting: BTreeSet::new(),
             reread: BTreeSet::new(),
             to_write: BTreeMap::new(),
+            intents: BTreeMap::new(),
+            unseeded: BTreeMap::new(),
             in_doubt: BTreeMap::new(),
             gauge,
-            fence_left,
+        }
+    }
+
+    /// The successor's seeding (`controller::inherited::seed_inherited_intents`), after its
+    /// list and before its first allocation: each inherited intent whose Node is listed with the
+    /// intent's uid and no podCIDRs gets its block reserved as a write in doubt
+    /// ([`Allocator::seed_write_in_doubt`]), so it is sent again; any other intent is settled
+    /// (the Node has podCIDRs, is gone or is another object: the late write can change nothing)
+    /// and leaves the log. One that cannot be reserved (its block is held otherwise) stays, as in
+    /// the controller, which reports it; the properties catch whatever it leads to.
+    fn seed(run: &mut Running, inherited: &BTreeMap<u8, Write>) {
+        for (name, (uid, block)) in inherited {
+            let listed = run
+                .cache
+                .get(name)
+                .filter(|node| node.uid == *uid && node.block.is_none());
+            let Some(node) = listed else {
+                run.intents.remove(name);
+                continue;
+            };
+            let view = view_of(*name, node);
+            let _ = run
+                .alloc
+                .get()
+                .seed_write_in_doubt(&view, &[block_cidr(*block)]);
+        }
+        run.alloc.rekey();
+        run.gauge = used(&run.alloc.0);
+    }
+
+    /// After a decision about Node `name`: its intent leaves the log (written with the next Lease
+    /// write) once its record is no longer pending (`controller/worker.rs`, `decided`).
+    fn settle(run: &mut Running, name: u8) {
+        if !run.unseeded.contains_key(&name) && !run.alloc.0.is_pending(&name_of(name)) {
+            run.intents.remove(&name);
         }
     }
 
@@ -519,8 +614,12 @@ impl NodeIpam {
             let uid = uid.as_deref().and_then(uid_number).unwrap_or(u8::MAX);
             let block = pod_cidrs.first().map_or(0, block_of);
             run.to_write.insert(name, (uid, block));
+            if !self.config.bugs.fence_only {
+                run.intents.insert(name, (uid, block));
+            }
             return;
         }
+        Self::settle(run, name);
         match d.next {
             Next::Done | Next::WaitForFreeBlock => {}
             Next::RetryBackoff | Next::RetryAfter(_) | Next::EndQuarantine => {
@@ -544,20 +643,42 @@ impl NodeIpam {
             })
     }
 
-    /// Whether replica `r` may start a write now: without election, after the start-up fence;
-    /// with it, [`Leadership::may_start_write`] on the Lease as last renewed.
-    fn gate_open(&self, s: &State, r: u8, run: &Running) -> bool {
-        if !self.config.leader_election {
-            return run.fence_left == 0;
-        }
+    /// Whether replica `r` may start a write now: it holds the Lease and, with election,
+    /// [`Leadership::may_start_write`] on the Lease as last renewed (liveness only now: how soon a
+    /// standby may take over).
+    fn gate_open(&self, s: &State, r: u8) -> bool {
         if s.lease.holder != Some((r, s.replicas[usize::from(r)].incarnation)) {
             return false;
+        }
+        if !self.config.leader_election {
+            return true;
         }
         let renewed = now() - ticks(s.lease.age);
         let leading = Leadership::Leading {
             write_fence: renewed + ticks(LEASE),
         };
-        leading.may_start_write(now(), ticks(T))
+        let timeout = if self.config.bugs.gate_ignores_timeout {
+            Duration::ZERO
+        } else {
+            ticks(T)
+        };
+        leading.may_start_write(now(), timeout)
+    }
+
+    /// Whether the PATCH `write` of Node `name` may be sent as far as the intents go: a Lease
+    /// write holding its intent committed (the Lease holds it; only its holder, the sender,
+    /// writes it).
+    fn intent_committed(&self, s: &State, name: u8, write: Write) -> bool {
+        let b = self.config.bugs;
+        b.fence_only || b.send_before_intent_commits || s.lease.intents.get(&name) == Some(&write)
+    }
+
+    /// Whether the holder `r` has intents the Lease does not hold yet (a write is due at once;
+    /// removals wait for the next write).
+    fn intents_dirty(s: &State, run: &Running) -> bool {
+        run.intents
+            .iter()
+            .any(|(n, w)| s.lease.intents.get(n) != Some(w))
     }
 
     /// `InDoubtWrites::record` on the replica's writes in doubt, carried from step to step.
@@ -639,13 +760,16 @@ impl NodeIpam {
         let outcome = self.outcome(p.name, result);
         Self::record_in_doubt(run, p.name, &outcome);
         let uid = uid_text(p.uid);
-        let d = run.alloc.0.patch_outcome(
+        let d = run.alloc.get().patch_outcome(
             &name_of(p.name),
             Some(&uid),
             &[block_cidr(p.block)],
             outcome,
         );
         self.apply(run, p.name, d);
+        if self.config.bugs.intent_dropped_while_pending {
+            run.intents.remove(&p.name);
+        }
         if phase == Phase::Stopping {
             // The window is closed: nothing more is written or read.
             run.to_write.clear();
@@ -675,44 +799,76 @@ impl NodeIpam {
         if release && s.lease.holder == Some((r, replica.incarnation)) {
             s.lease.holder = None;
         }
-        s.patches
-            .retain(|p| p.server_left.is_some() || p.client_left.is_some());
     }
 
     /// Replica `r` sends the PATCH `(uid, block)` for Node `name`. Its client waits for the
     /// answer while the replica runs; a write sent after the replica's term ended (bug 12: a lost
     /// Lease) has no one left to read the answer.
-    fn send(&self, s: &mut State, r: u8, name: u8, (uid, block): (u8, u8)) {
+    fn send(&self, s: &mut State, r: u8, name: u8, (uid, block): Write) {
         let replica = &s.replicas[usize::from(r)];
-        let server = if self.config.bugs.b1_server_deadline_past_timeout {
-            T + 1
-        } else {
-            T
-        };
         s.patches.push(Patch {
             replica: r,
             incarnation: replica.incarnation,
             name,
             uid,
             block,
-            server_left: Some(server),
+            at_server: true,
             result: None,
             client_left: replica.run.is_some().then_some(T),
         });
     }
 
-    /// Whether a tick now lets a PATCH's deadline pass before the server handled it (the request
-    /// hung: a fault, spent from [`Budget::unknowns`]).
-    fn drops_write(s: &State) -> bool {
-        s.patches
+    /// Whether the next tick ends the Lease for its holder `r` (incarnation `inc`): its renewals
+    /// fail and the renew deadline passes (it gives up, dropping its clients).
+    fn gives_up_on_tick(&self, s: &State, r: u8, inc: u8) -> bool {
+        let replica = &s.replicas[usize::from(r)];
+        self.config.leader_election
+            && s.lease.failing
+            && s.lease.holder == Some((r, inc))
+            && replica.incarnation == inc
+            && matches!(replica.phase, Phase::Leading | Phase::Stopping)
+            && (s.lease.age + 1).min(LEASE) >= RENEW_DEADLINE
+    }
+
+    /// Whether a tick now lets a client's wait run out on a request the server has not handled
+    /// (a hung request: a fault, spent from [`Budget::unknowns`]; the request stays at the
+    /// server). A client whose replica gives up at this tick waits no more: no fault.
+    fn tick_hangs(&self, s: &State) -> bool {
+        s.patches.iter().any(|p| {
+            p.client_left == Some(1)
+                && p.at_server
+                && !self.gives_up_on_tick(s, p.replica, p.incarnation)
+        })
+    }
+
+    /// Whether a PATCH nobody waits for can still change something if the server handles it: its
+    /// Node object exists without podCIDRs (pinned: the object of its uid; not pinned: any object
+    /// of the name, or one that may still be created). Others are dropped from the state: the
+    /// server could only refuse them (404, 422 uid, 422 podCIDRs set) or repeat the podCIDRs.
+    fn may_still_land(&self, s: &State, p: &Patch) -> bool {
+        let pinned = !self.config.bugs.patch_not_pinned_to_uid;
+        match s.nodes[usize::from(p.name)] {
+            Some(node) => node.block.is_none() && (node.uid == p.uid || !pinned),
+            None => !pinned && s.budget.creates > 0,
+        }
+    }
+
+    /// Drops the PATCHes that are over: answered (or abandoned) and not at the server, or at the
+    /// server, abandoned and unable to change anything ([`NodeIpam::may_still_land`]).
+    fn prune(&self, s: &mut State) {
+        let keep: Vec<bool> = s
+            .patches
             .iter()
-            .any(|p| p.server_left == Some(1) && p.result.is_none())
+            .map(|p| p.client_left.is_some() || (p.at_server && self.may_still_land(s, p)))
+            .collect();
+        let mut keep = keep.into_iter();
+        s.patches.retain(|_| keep.next().unwrap_or(true));
     }
 
     fn progress_steps(&self, s: &State, out: &mut Vec<Step>) {
         let le = self.config.leader_election;
         let any_client_expired = s.patches.iter().any(|p| p.client_left == Some(0));
-        if !any_client_expired && (!Self::drops_write(s) || s.budget.unknowns > 0) {
+        if !any_client_expired && (s.budget.unknowns > 0 || !self.tick_hangs(s)) {
             out.push(Step::Tick);
         }
         for (r, replica) in s.replicas.iter().enumerate() {
@@ -732,16 +888,20 @@ impl NodeIpam {
                 Phase::Standby => {
                     let free =
                         s.lease.holder.is_none() || (s.lease.holder != me && s.lease.age >= LEASE);
-                    if le && free {
+                    if !le || free {
                         out.push(Step::Acquire(r));
                     }
                 }
-                Phase::Fencing { left: 0 } => out.push(Step::Acquire(r)),
-                Phase::Fencing { .. } => {}
                 Phase::Leading | Phase::Stopping => {
                     let Some(run) = &replica.run else { continue };
                     if !run.watch.is_empty() {
                         out.push(Step::Deliver(r));
+                    }
+                    if s.lease.holder == me && !s.lease.failing && Self::intents_dirty(s, run) {
+                        out.push(Step::WriteLease(r));
+                    }
+                    if !run.unseeded.is_empty() {
+                        out.push(Step::Seed(r));
                     }
                     if replica.phase == Phase::Stopping {
                         let waiting = s.patches.iter().any(|p| {
@@ -751,7 +911,7 @@ impl NodeIpam {
                         });
                         let hold = !self.config.bugs.b9_release_with_write_in_doubt
                             && Self::in_doubt_pending(run)
-                            && (!le || s.lease.holder == me);
+                            && s.lease.holder == me;
                         if !waiting && !hold && !winding_down {
                             out.push(Step::Release(r));
                         }
@@ -768,16 +928,18 @@ impl NodeIpam {
                     // With bug 12 passing the gate only queues the write: no PATCH is held yet.
                     let room = s.patches.len() < self.config.max_in_flight
                         || self.config.bugs.b12_gate_before_queue;
-                    if room && self.gate_open(s, r, run) {
-                        for name in run.to_write.keys() {
-                            out.push(Step::StartWrite(r, *name));
+                    if room && self.gate_open(s, r) {
+                        for (name, write) in &run.to_write {
+                            if self.intent_committed(s, *name, *write) {
+                                out.push(Step::StartWrite(r, *name));
+                            }
                         }
                     }
                 }
             }
         }
         for (i, p) in s.patches.iter().enumerate() {
-            if p.server_left.is_some_and(|l| l >= 1) && p.result.is_none() {
+            if p.at_server {
                 out.push(Step::Serve(i));
             }
             if p.result.is_some() && p.client_left.is_some() {
@@ -847,7 +1009,7 @@ impl NodeIpam {
             if p.client_left.is_some() && b.unknowns > 0 {
                 out.push(Step::AnswerUnknown(i));
             }
-            if p.server_left.is_some_and(|l| l >= 1) && p.result.is_none() && b.conflicts > 0 {
+            if p.at_server && b.conflicts > 0 {
                 out.push(Step::Conflict(i));
             }
         }
@@ -858,7 +1020,7 @@ impl NodeIpam {
         let mut s = last.clone();
         match step {
             Step::Tick => {
-                if Self::drops_write(&s) {
+                if self.tick_hangs(&s) {
                     s.budget.unknowns -= 1;
                 }
                 let holder_renews = !s.lease.failing
@@ -867,28 +1029,25 @@ impl NodeIpam {
                         replica.incarnation == inc
                             && matches!(replica.phase, Phase::Leading | Phase::Stopping)
                     });
-                s.lease.age = if holder_renews {
-                    0
-                } else {
-                    (s.lease.age + 1).min(LEASE)
-                };
-                for p in &mut s.patches {
-                    p.server_left = match p.server_left {
-                        Some(l) if l >= 1 && p.result.is_none() => Some(l - 1),
-                        _ => None,
+                if holder_renews {
+                    // A renewal is an UPDATE carrying the intent log as it is now.
+                    let holder = s.lease.holder.map(|(r, _)| usize::from(r));
+                    if let Some(run) = holder.and_then(|r| s.replicas[r].run.as_ref()) {
+                        s.lease.intents = run.intents.clone();
+                    }
+                }
+                if self.config.leader_election {
+                    s.lease.age = if holder_renews {
+                        0
+                    } else {
+                        (s.lease.age + 1).min(LEASE)
                     };
+                }
+                for p in &mut s.patches {
                     p.client_left = p.client_left.map(|l| l.saturating_sub(1));
                 }
-                s.patches
-                    .retain(|p| p.server_left.is_some_and(|l| l >= 1) || p.client_left.is_some());
                 for (r, replica) in s.replicas.iter_mut().enumerate() {
-                    if let Phase::Fencing { left } = replica.phase {
-                        replica.phase = Phase::Fencing {
-                            left: left.saturating_sub(1),
-                        };
-                    }
                     if let Some(run) = replica.run.as_mut() {
-                        run.fence_left = run.fence_left.saturating_sub(1);
                         run.in_doubt = run
                             .in_doubt
                             .iter()
@@ -905,7 +1064,7 @@ impl NodeIpam {
                     {
                         // Lost: stops allocating, keeps no state, does not release. Its queued
                         // writes (bug 12) stay: the wind-down lets a worker holding a window slot
-                        // finish.
+                        // finish. Its PATCHes still at the server stay there.
                         replica.phase = Phase::Down;
                         replica.run = None;
                         let inc = replica.incarnation;
@@ -916,8 +1075,6 @@ impl NodeIpam {
                         }
                     }
                 }
-                s.patches
-                    .retain(|p| p.server_left.is_some() || p.client_left.is_some());
             }
             Step::Create(i) => {
                 s.budget.creates -= 1;
@@ -939,29 +1096,46 @@ impl NodeIpam {
             Step::Restart(r) => {
                 let replica = &mut s.replicas[usize::from(r)];
                 replica.incarnation = replica.incarnation.wrapping_add(1) % 4;
-                if self.config.leader_election {
-                    replica.phase = Phase::Standby;
-                } else if self.config.bugs.b2_list_before_startup_fence {
-                    let run = self.list(&s, T);
-                    let replica = &mut s.replicas[usize::from(r)];
-                    replica.phase = Phase::Leading;
-                    replica.run = Some(run);
-                } else {
-                    replica.phase = Phase::Fencing { left: T };
-                }
+                replica.phase = Phase::Standby;
             }
             Step::Acquire(r) => {
-                if self.config.leader_election {
-                    s.lease = Lease {
-                        holder: Some((r, s.replicas[usize::from(r)].incarnation)),
-                        age: 0,
-                        failing: false,
-                    };
+                // The takeover: an UPDATE preconditioned on the version read, carrying the
+                // intents read (the predecessor's writes that may still land).
+                let inherited = if self.config.bugs.takeover_drops_intents {
+                    BTreeMap::new()
+                } else {
+                    s.lease.intents.clone()
+                };
+                s.lease = Lease {
+                    holder: Some((r, s.replicas[usize::from(r)].incarnation)),
+                    age: 0,
+                    failing: false,
+                    intents: inherited.clone(),
+                };
+                let mut run = self.list(&s);
+                run.intents = inherited.clone();
+                if self.config.bugs.allocate_before_seeding {
+                    run.unseeded = inherited;
+                } else {
+                    Self::seed(&mut run, &inherited);
                 }
-                let run = self.list(&s, 0);
                 let replica = &mut s.replicas[usize::from(r)];
                 replica.phase = Phase::Leading;
                 replica.run = Some(run);
+            }
+            Step::WriteLease(r) => {
+                if let Some(run) = s.replicas[usize::from(r)].run.as_ref() {
+                    s.lease.intents = run.intents.clone();
+                    if self.config.leader_election {
+                        s.lease.age = 0;
+                    }
+                }
+            }
+            Step::Seed(r) => {
+                if let Some(run) = s.replicas[usize::from(r)].run.as_mut() {
+                    let inherited = std::mem::take(&mut run.unseeded);
+                    Self::seed(run, &inherited);
+                }
             }
             Step::LeaseFault => {
                 s.budget.lease_losses -= 1;
@@ -972,8 +1146,8 @@ impl NodeIpam {
                 if let Some(run) = replica.run.as_mut() {
                     run.work.remove(&name);
                     let d = match run.cache.get(&name) {
-                        Some(node) => run.alloc.0.decide(&self.view(name, node)),
-                        None => run.alloc.0.remove(&name_of(name)),
+                        Some(node) => run.alloc.get().decide(&self.view(name, node)),
+                        None => run.alloc.get().remove(&name_of(name)),
                     };
                     self.apply(run, name, d);
                 }
@@ -1003,10 +1177,10 @@ impl NodeIpam {
                 if let Some(run) = replica.run.as_mut() {
                     run.reread.remove(&name);
                     let d = match server {
-                        Some(node) => self.fresh(&mut run.alloc.0, &self.view(name, &node)),
+                        Some(node) => self.fresh(run.alloc.get(), &self.view(name, &node)),
                         None => {
                             let uid = run.alloc.0.record_uid(&name_of(name));
-                            run.alloc.0.object_gone(&name_of(name), uid.as_deref())
+                            run.alloc.get().object_gone(&name_of(name), uid.as_deref())
                         }
                     };
                     self.apply(run, name, d);
@@ -1014,9 +1188,10 @@ impl NodeIpam {
             }
             Step::Serve(i) => {
                 let p = s.patches[i];
+                let pinned = !self.config.bugs.patch_not_pinned_to_uid;
                 let result = match s.nodes[usize::from(p.name)] {
                     None => ServerResult::NotFound,
-                    Some(node) if node.uid != p.uid => ServerResult::Replaced,
+                    Some(node) if pinned && node.uid != p.uid => ServerResult::Replaced,
                     Some(node) if node.block.is_some_and(|b| b != p.block) => {
                         ServerResult::AlreadySet
                     }
@@ -1030,33 +1205,24 @@ impl NodeIpam {
                     }
                 };
                 let p = &mut s.patches[i];
-                p.server_left = None;
+                p.at_server = false;
                 p.result = Some(result);
-                if p.client_left.is_none() {
-                    s.patches.remove(i);
-                }
             }
             Step::Conflict(i) => {
                 s.budget.conflicts -= 1;
-                s.patches[i].server_left = None;
+                s.patches[i].at_server = false;
                 s.patches[i].result = Some(ServerResult::Conflict);
             }
             Step::Answer(i) => {
                 let result = s.patches[i].result;
                 self.answer(&mut s, i, result);
-                s.patches
-                    .retain(|p| p.server_left.is_some_and(|l| l >= 1) || p.client_left.is_some());
             }
             Step::AnswerUnknown(i) => {
                 s.budget.unknowns -= 1;
                 self.answer(&mut s, i, None);
-                s.patches
-                    .retain(|p| p.server_left.is_some_and(|l| l >= 1) || p.client_left.is_some());
             }
             Step::ClientTimeout(i) => {
                 self.answer(&mut s, i, None);
-                s.patches
-                    .retain(|p| p.server_left.is_some_and(|l| l >= 1) || p.client_left.is_some());
             }
             Step::Deliver(r) => {
                 let replica = &mut s.replicas[usize::from(r)];
@@ -1117,6 +1283,13 @@ impl NodeIpam {
                 }
             }
             Step::Release(r) => {
+                // The release is an UPDATE too: it carries the intent log.
+                let me = Some((r, s.replicas[usize::from(r)].incarnation));
+                if s.lease.holder == me
+                    && let Some(run) = s.replicas[usize::from(r)].run.as_ref()
+                {
+                    s.lease.intents = run.intents.clone();
+                }
                 self.kill(&mut s, r, true);
             }
             Step::Adopt(name, block) => {
@@ -1129,11 +1302,12 @@ impl NodeIpam {
                 }
             }
         }
+        self.prune(&mut s);
         s
     }
 
     /// Whether the system has settled once faults stopped: no PATCH in flight or late, every
-    /// replica up (no restart, start-up fence or stop under way), exactly one leader (holding the
+    /// replica up (no restart or stop under way), exactly one leader (holding the
     /// Lease, with election), and its watch, work queue, re-reads and writes all empty. The only
     /// steps left are then time passing and Lease renewals, which change nothing else (a missed
     /// renewal is a fault). A cheap structural test, so the property can run on every state.
@@ -1148,9 +1322,7 @@ impl NodeIpam {
                 Phase::Leading => {
                     leaders += 1;
                     let r = u8::try_from(r).unwrap_or(u8::MAX);
-                    if self.config.leader_election
-                        && s.lease.holder != Some((r, replica.incarnation))
-                    {
+                    if s.lease.holder != Some((r, replica.incarnation)) {
                         return false;
                     }
                     let Some(run) = &replica.run else {
@@ -1161,12 +1333,12 @@ impl NodeIpam {
                         && run.work.is_empty()
                         && run.reread.is_empty()
                         && run.to_write.is_empty()
-                        && run.fence_left == 0)
+                        && run.unseeded.is_empty())
                     {
                         return false;
                     }
                 }
-                Phase::Down | Phase::Fencing { .. } | Phase::Stopping => return false,
+                Phase::Down | Phase::Stopping => return false,
             }
         }
         leaders == 1
@@ -1190,6 +1362,12 @@ pub fn settled_wrong(m: &NodeIpam, s: &State) -> Option<String> {
     let Some(run) = m.leader(s) else {
         return Some("no leader".to_owned());
     };
+    if !run.intents.is_empty() {
+        return Some(format!(
+            "the leader keeps intents {:?} with every write resolved",
+            run.intents
+        ));
+    }
     let mut held_blocks = BTreeSet::new();
     for (i, n) in s.nodes.iter().enumerate() {
         let Some(n) = n else { continue };
@@ -1247,11 +1425,7 @@ impl Model for NodeIpam {
         }
         let replicas = (0..c.replicas)
             .map(|_| Replica {
-                phase: if c.leader_election {
-                    Phase::Standby
-                } else {
-                    Phase::Fencing { left: 0 }
-                },
+                phase: Phase::Standby,
                 incarnation: 0,
                 run: None,
                 queued: BTreeMap::new(),
@@ -1265,6 +1439,7 @@ impl Model for NodeIpam {
                 holder: None,
                 age: LEASE,
                 failing: false,
+                intents: BTreeMap::new(),
             },
             replicas,
             budget: c.budget,
@@ -1313,7 +1488,9 @@ impl Model for NodeIpam {
             Step::Acquire(r) if self.config.leader_election => {
                 format!("r{r}: takes the Lease, lists")
             }
-            Step::Acquire(r) => format!("r{r}: start-up fence passed, lists"),
+            Step::Acquire(r) => format!("r{r}: takes the Lease at once, lists"),
+            Step::Seed(r) => format!("r{r}: seeds the inherited intents"),
+            Step::WriteLease(r) => format!("r{r}: Lease write with its intents commits"),
             Step::Restart(r) => format!("r{r}: restarts"),
             Step::LeaseFault => "the leader's Lease renewals start failing".to_owned(),
             Step::Deliver(r) => format!("r{r}: watch event delivered"),

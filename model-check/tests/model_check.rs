@@ -1,9 +1,10 @@
 //! Model check of the controller's decision code (issue 20 §1), with `stateright`: every
 //! interleaving, up to a size, of an abstract API server (Nodes with uids created, deleted and
-//! re-created; uid-pinned PATCHes that commit, are refused, time out or commit late but never past
-//! their deadline; watches delivered late or dropped and re-listed; a Lease) and one or two
-//! replicas whose decisions are the controller's own code. See `model_check/model.rs` for what is
-//! modelled and RELIABILITY.md "Model check" for the results and the assumptions.
+//! re-created; uid-pinned PATCHes that commit, are refused, time out, or are handled any number
+//! of steps after they were sent — no server deadline, issue 30; watches delivered late or dropped
+//! and re-listed; a Lease holding the write intents) and one or two replicas whose decisions are
+//! the controller's own code. See `model_check/model.rs` for what is modelled and RELIABILITY.md
+//! "Model check" for the results and the assumptions.
 //!
 //! Properties, in every reachable state:
 //! - no two Nodes hold the same podCIDR in the API server;
@@ -13,8 +14,10 @@
 //!   and its pool usage and published gauge equal the blocks the Nodes hold.
 //!
 //! The exhaustive runs are part of `cargo test --workspace`; `MODEL_CHECK_THREADS` (default 2)
-//! sets the checker's threads. Each bug test re-introduces one old bug of RELIABILITY.md as a
-//! switch ([`Bugs`]) and asserts the checker finds a counterexample, printed as a trace.
+//! sets the checker's threads. Each bug test re-introduces one old bug of RELIABILITY.md, or
+//! breaks one rule of the write-intent fence, as a switch ([`Bugs`]) and asserts the checker finds
+//! a counterexample, printed as a trace; the timing switches (bugs 4, 9, 12, the gate without the
+//! request timeout) are asserted to break no property any more.
 
 mod model_check {
     pub mod model;
@@ -46,7 +49,7 @@ fn elected(bugs: Bugs, budget: Budget) -> Config {
     }
 }
 
-/// One replica without leader election (restarts wait for the start-up write fence).
+/// One replica without leader election (a restart takes the Lease at once).
 fn single(bugs: Bugs, budget: Budget) -> Config {
     Config {
         names: 3,
@@ -214,6 +217,7 @@ fn exhaustive_kill_9_with_a_write_in_doubt() {
 }
 
 #[test]
+#[ignore = "long without A1 (RELIABILITY.md, Model check): run by hand"]
 fn exhaustive_graceful_stop_with_a_write_in_doubt() {
     let run = check(
         elected(
@@ -243,6 +247,7 @@ fn exhaustive_lease_lost_and_taken_over() {
 }
 
 #[test]
+#[ignore = "long without A1 (RELIABILITY.md, Model check): run by hand"]
 fn exhaustive_watch_relist_conflict_and_another_writer() {
     let run = check(
         elected(
@@ -267,25 +272,6 @@ fn bug_configs() -> Vec<(&'static str, Config, &'static str)> {
         b
     };
     vec![
-        (
-            "1",
-            single(
-                on(|b| b.b1_server_deadline_past_timeout = true),
-                budget(|b| {
-                    b.kills = 1;
-                    b.unknowns = 1;
-                }),
-            ),
-            OVERLAP,
-        ),
-        (
-            "2",
-            single(
-                on(|b| b.b2_list_before_startup_fence = true),
-                budget(|b| b.kills = 1),
-            ),
-            OVERLAP,
-        ),
         (
             "4",
             elected(
@@ -321,6 +307,70 @@ fn bug_configs() -> Vec<(&'static str, Config, &'static str)> {
             ),
             OVERLAP,
         ),
+        (
+            "gate",
+            elected(
+                on(|b| b.gate_ignores_timeout = true),
+                budget(|b| b.lease_losses = 1),
+            ),
+            OVERLAP,
+        ),
+        (
+            "fence-only",
+            elected(on(|b| b.fence_only = true), budget(|b| b.lease_losses = 1)),
+            OVERLAP,
+        ),
+        (
+            "send-early",
+            elected(
+                on(|b| b.send_before_intent_commits = true),
+                budget(|b| b.lease_losses = 1),
+            ),
+            OVERLAP,
+        ),
+        (
+            "takeover-drops",
+            elected(
+                on(|b| b.takeover_drops_intents = true),
+                budget(|b| b.lease_losses = 1),
+            ),
+            OVERLAP,
+        ),
+        (
+            "allocate-first",
+            elected(
+                on(|b| b.allocate_before_seeding = true),
+                budget(|b| b.lease_losses = 1),
+            ),
+            OVERLAP,
+        ),
+        (
+            "intent-dropped",
+            elected(
+                on(|b| b.intent_dropped_while_pending = true),
+                budget(|b| {
+                    b.kills = 1;
+                    b.unknowns = 1;
+                }),
+            ),
+            OVERLAP,
+        ),
+        (
+            "unpinned",
+            {
+                let mut c = single(
+                    on(|b| b.patch_not_pinned_to_uid = true),
+                    budget(|b| {
+                        b.kills = 1;
+                        b.creates = 1;
+                        b.deletes = 1;
+                    }),
+                );
+                c.names = 2;
+                c
+            },
+            OVERLAP,
+        ),
     ]
 }
 
@@ -335,11 +385,13 @@ fn bug_config(bug: &str) -> (Config, &'static str) {
 /// switch alone.
 #[test]
 fn the_bug_tests_configurations_hold_without_their_bug() {
-    // Bug 9's is `exhaustive_graceful_stop_with_a_write_in_doubt`'s, bug 12's
-    // `exhaustive_lease_lost_and_taken_over`'s.
+    // The others are an exhaustive run's: bug 9's `exhaustive_graceful_stop_with_a_write_in_doubt`,
+    // bug 4's and the dropped intent's `exhaustive_kill_9_with_a_write_in_doubt` (which has one
+    // fault more: every path with fewer faults is one of its paths), bug 12's, the gate's and
+    // the other fence mutants' `exhaustive_lease_lost_and_taken_over`.
     for (bug, mut config, _) in bug_configs()
         .into_iter()
-        .filter(|(b, _, _)| !["9", "12"].contains(b))
+        .filter(|(b, _, _)| ["5", "unpinned"].contains(b))
     {
         config.bugs = Bugs::default();
         eprintln!("bug {bug}'s configuration without the bug:");
@@ -364,22 +416,14 @@ fn finds(config: Config, property: &str) -> usize {
 const OVERLAP: &str = "no two Nodes share a podCIDR";
 const SETTLED: &str = "settled: every Node served, pool and gauge = blocks held";
 
+/// Bug 4 (a killed leader releasing the Lease) was found while safety rested on time; with the
+/// intents the standby that takes the released Lease at once inherits the killed leader's
+/// intents: no property fails.
 #[test]
-fn bug_1_a_server_deadline_past_the_timeout_is_found() {
-    let (config, property) = bug_config("1");
-    finds(config, property);
-}
-
-#[test]
-fn bug_2_listing_before_the_start_up_fence_is_found() {
-    let (config, property) = bug_config("2");
-    finds(config, property);
-}
-
-#[test]
-fn bug_4_a_killed_leader_releasing_the_lease_is_found() {
-    let (config, property) = bug_config("4");
-    finds(config, property);
+#[ignore = "exhaustive with the switch on: run by hand (RELIABILITY.md, Model check)"]
+fn bug_4_a_killed_leader_releasing_the_lease_breaks_nothing_now() {
+    let (config, _) = bug_config("4");
+    assert_holds(&check(config, false));
 }
 
 #[test]
@@ -389,6 +433,7 @@ fn bug_5_an_occupy_without_its_metric_is_found() {
 }
 
 #[test]
+#[ignore = "long without A1: 731,160 unique states before its 23-step counterexample; run by hand"]
 fn bug_6_an_informer_copy_older_than_a_get_is_found() {
     let faults = budget(|b| {
         b.creates = 1;
@@ -404,15 +449,56 @@ fn bug_6_an_informer_copy_older_than_a_get_is_found() {
     finds(config, OVERLAP);
 }
 
+/// Bugs 9 and 12 and the gate without the request timeout: switches of the time-based fence,
+/// which now decides liveness only. Each holds with its switch on (safety and the settled
+/// property): none of them is found any more.
 #[test]
-fn bug_9_a_clean_stop_handing_over_a_write_in_doubt_is_found() {
-    let (config, property) = bug_config("9");
+#[ignore = "exhaustive with each switch on: run by hand (RELIABILITY.md, Model check)"]
+fn timing_switches_break_nothing_now() {
+    let only = std::env::var("MODEL_CHECK_SWITCH").ok();
+    for bug in ["9", "12", "gate"] {
+        if only.as_deref().is_some_and(|o| o != bug) {
+            continue;
+        }
+        let (config, _) = bug_config(bug);
+        eprintln!("switch {bug} on:");
+        assert_holds(&check(config, false));
+    }
+}
+
+#[test]
+fn fence_only_without_a1_is_found() {
+    let (config, property) = bug_config("fence-only");
     finds(config, property);
 }
 
 #[test]
-fn bug_12_a_gate_checked_before_the_queue_is_found() {
-    let (config, property) = bug_config("12");
+fn a_patch_sent_before_its_intent_commits_is_found() {
+    let (config, property) = bug_config("send-early");
+    finds(config, property);
+}
+
+#[test]
+fn a_takeover_dropping_the_intents_is_found() {
+    let (config, property) = bug_config("takeover-drops");
+    finds(config, property);
+}
+
+#[test]
+fn a_successor_allocating_before_seeding_is_found() {
+    let (config, property) = bug_config("allocate-first");
+    finds(config, property);
+}
+
+#[test]
+fn an_intent_dropped_while_pending_is_found() {
+    let (config, property) = bug_config("intent-dropped");
+    finds(config, property);
+}
+
+#[test]
+fn a_patch_not_pinned_to_the_uid_is_found() {
+    let (config, property) = bug_config("unpinned");
     finds(config, property);
 }
 
