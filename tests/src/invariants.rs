@@ -151,6 +151,30 @@ fn overlaps(a: &IpNet, b: &IpNet) -> bool {
     same_family(a, b) && (a.contains(b) || b.contains(a))
 }
 
+/// Every pair of Nodes whose podCIDRs overlap, one line each (`Node a has X, Node b has Y`):
+/// each Node's podCIDRs (`name → CIDR texts`, unparsable texts left out) compared as blocks with
+/// every other Node's — invariant 1 on its own, for checks that have no [`ClusterSpec`].
+pub fn overlapping_pod_cidrs(nodes: &BTreeMap<String, Vec<String>>) -> Vec<String> {
+    let blocks: Vec<(&str, IpNet)> = nodes
+        .iter()
+        .flat_map(|(name, cidrs)| {
+            cidrs
+                .iter()
+                .filter_map(|c| c.parse::<IpNet>().ok())
+                .map(move |net| (name.as_str(), net))
+        })
+        .collect();
+    let mut pairs = Vec::new();
+    for (i, (a_name, a)) in blocks.iter().enumerate() {
+        for (b_name, b) in &blocks[i + 1..] {
+            if a_name != b_name && overlaps(a, b) {
+                pairs.push(format!("Node {a_name} has {a}, Node {b_name} has {b}"));
+            }
+        }
+    }
+    pairs
+}
+
 /// First and last address of `net` as integers.
 fn span(net: &IpNet) -> (u128, u128) {
     let lo = bits(net.network());
@@ -459,5 +483,33 @@ mod tests {
         );
         assert!(all.contains("Node gone, which is gone"), "{all}");
         assert!(all.contains("leaked"), "{all}");
+    }
+
+    /// Overlap as blocks, not as equal text: a /25 inside another Node's /24, and the same block
+    /// on two Nodes; a Node's own two families and disjoint blocks are no pair.
+    #[test]
+    fn overlapping_pod_cidrs_compares_blocks() {
+        let nodes: BTreeMap<String, Vec<String>> = [
+            ("a", vec!["10.64.16.0/24", "fd00::/64"]),
+            ("b", vec!["10.64.16.128/25"]),
+            ("c", vec!["10.64.17.0/24", "fd00:0:0:1::/64"]),
+            ("d", vec!["10.64.17.0/24"]),
+            ("e", vec![]),
+        ]
+        .into_iter()
+        .map(|(n, c)| (n.to_owned(), c.into_iter().map(str::to_owned).collect()))
+        .collect();
+        assert_eq!(
+            overlapping_pod_cidrs(&nodes),
+            [
+                "Node a has 10.64.16.0/24, Node b has 10.64.16.128/25",
+                "Node c has 10.64.17.0/24, Node d has 10.64.17.0/24",
+            ]
+        );
+        let disjoint: BTreeMap<String, Vec<String>> = nodes
+            .into_iter()
+            .filter(|(n, _)| n != "b" && n != "d")
+            .collect();
+        assert!(overlapping_pod_cidrs(&disjoint).is_empty());
     }
 }

@@ -26,6 +26,10 @@
 //! `lists_watches_leases_events_and_conflicts_are_answered_like_the_sandbox_answers_them`. Not
 //! here: (9) 50,000 Nodes.
 //!
+//! Issue 30 (3), writes delivered late (a delaying TCP proxy on the leader's link to
+//! kube-apiserver, or on its kube-apiserver's link to etcd with two kube-apiservers on one etcd):
+//! module `delayed_link`; its long variant (22 runs, delays 0–60 s) is `#[ignore]`d.
+//!
 //! What the real server answered where our code or the sandbox assumed something (also in
 //! tests/FIDELITY.md):
 //! - A stale uid-pinned PATCH (the Node deleted and re-created under the same name) is refused
@@ -49,6 +53,7 @@
 mod cluster_cidr_objects;
 mod common;
 mod crd;
+mod delayed_link;
 mod deploy;
 mod fidelity;
 mod secure;

@@ -20,6 +20,10 @@
 //! | kube-apiserver | `--token-auth-file` | one static token ([`ADMIN_TOKEN`]), user `nodeipam-test-admin` in `system:masters`: the tests' own credential |
 //! | kube-apiserver | `--service-account-key-file`, `--service-account-signing-key-file`, `--service-account-issuer` | an ECDSA P-256 key generated here, so TokenRequest and TokenReview work |
 //! | kube-apiserver | `--service-cluster-ip-range=10.0.0.0/24` | required to be valid; upstream's default, given so it does not warn |
+//!
+//! [`RealCluster::start_extra_apiserver`] adds a second kube-apiserver with the same flags on
+//! another free port and `--etcd-servers` of the caller's choice (this etcd, or a proxy in front
+//! of it): an HA control plane's two API servers on one etcd.
 
 pub mod pki;
 
@@ -215,6 +219,49 @@ fn binary(folder: &Path, name: &str) -> Result<PathBuf, StartError> {
     }
 }
 
+/// Polls `/readyz` of `url` through `client` until it answers `ok`; `alive` is checked before
+/// each try (a process that exited fails at once), `log` is the server's log for the error.
+async fn wait_ready_at(
+    client: &Client,
+    url: &str,
+    mut alive: impl FnMut() -> Result<(), StartError>,
+    log: &Path,
+) -> Result<(), StartError> {
+    let start = Instant::now();
+    let mut last;
+    loop {
+        alive()?;
+        let request = http::Request::get("/readyz")
+            .body(Vec::new())
+            .map_err(|e| StartError::Client {
+                url: url.to_owned(),
+                message: e.to_string(),
+            })?;
+        match tokio::time::timeout(Duration::from_secs(5), client.request_text(request)).await {
+            Ok(Ok(text)) if text.trim() == "ok" => return Ok(()),
+            Ok(Ok(text)) => last = text,
+            Ok(Err(e)) => last = e.to_string(),
+            Err(_) => last = "no answer within 5 s".to_owned(),
+        }
+        if start.elapsed() > READY_TIMEOUT {
+            return Err(StartError::NotReady {
+                waited: READY_TIMEOUT,
+                last,
+                log: log_tail(log),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The text of a kubeconfig for server `url` with a bearer `token`, the CA by file path.
+fn kubeconfig_text(url: &str, ca: &Path, token: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: real\n  cluster:\n    server: {url}\n    certificate-authority: {ca}\nusers:\n- name: user\n  user:\n    token: {token}\ncontexts:\n- name: real\n  context:\n    cluster: real\n    user: user\ncurrent-context: real\n",
+        ca = ca.display(),
+    )
+}
+
 /// The real etcd + kube-apiserver, on loopback, killed on drop.
 #[derive(Debug)]
 pub struct RealCluster {
@@ -329,34 +376,17 @@ impl RealCluster {
     /// Polls `/readyz` (as the admin) until it answers `ok`, failing early if a process exits.
     async fn wait_ready(&mut self) -> Result<(), StartError> {
         let client = self.admin_client().await?;
-        let start = Instant::now();
-        let mut last;
-        loop {
-            self.etcd.check_alive()?;
-            if let Some(apiserver) = self.apiserver.as_mut() {
+        let url = self.url.clone();
+        let log = self.dir.path().join("kube-apiserver.log");
+        let (etcd, apiserver) = (&mut self.etcd, &mut self.apiserver);
+        let alive = || {
+            etcd.check_alive()?;
+            if let Some(apiserver) = apiserver.as_mut() {
                 apiserver.check_alive()?;
             }
-            let request = http::Request::get("/readyz")
-                .body(Vec::new())
-                .map_err(|e| StartError::Client {
-                    url: self.url.clone(),
-                    message: e.to_string(),
-                })?;
-            match tokio::time::timeout(Duration::from_secs(5), client.request_text(request)).await {
-                Ok(Ok(text)) if text.trim() == "ok" => return Ok(()),
-                Ok(Ok(text)) => last = text,
-                Ok(Err(e)) => last = e.to_string(),
-                Err(_) => last = "no answer within 5 s".to_owned(),
-            }
-            if start.elapsed() > READY_TIMEOUT {
-                return Err(StartError::NotReady {
-                    waited: READY_TIMEOUT,
-                    last,
-                    log: self.apiserver_log(),
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+            Ok(())
+        };
+        wait_ready_at(&client, &url, alive, &log).await
     }
 
     /// `https://127.0.0.1:<port>` of kube-apiserver.
@@ -402,12 +432,26 @@ impl RealCluster {
     /// # Errors
     /// [`StartError::Io`] if the file cannot be written.
     pub fn write_kubeconfig(&self, path: &Path, token: &str) -> Result<(), StartError> {
-        let text = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: real\n  cluster:\n    server: {url}\n    certificate-authority: {ca}\nusers:\n- name: user\n  user:\n    token: {token}\ncontexts:\n- name: real\n  context:\n    cluster: real\n    user: user\ncurrent-context: real\n",
-            url = self.url,
-            ca = self.ca_file.display(),
-        );
+        let text = kubeconfig_text(&self.url, &self.ca_file, token);
         std::fs::write(path, text).map_err(io(format!("writing {}", path.display())))
+    }
+
+    /// Writes a kubeconfig for another server `url` of this cluster (a second kube-apiserver, or
+    /// a proxy in front of one: the serving certificate names `127.0.0.1`) with `token` into the
+    /// temporary directory as `<name>.kubeconfig` and returns its path.
+    ///
+    /// # Errors
+    /// [`StartError::Io`] if the file cannot be written.
+    pub fn kubeconfig_for(
+        &self,
+        name: &str,
+        url: &str,
+        token: &str,
+    ) -> Result<PathBuf, StartError> {
+        let path = self.dir.path().join(format!("{name}.kubeconfig"));
+        std::fs::write(&path, kubeconfig_text(url, &self.ca_file, token))
+            .map_err(io(format!("writing {}", path.display())))?;
+        Ok(path)
     }
 
     /// Writes a kubeconfig with `token` into the temporary directory as `<name>.kubeconfig` and
@@ -426,9 +470,23 @@ impl RealCluster {
     /// # Errors
     /// [`StartError::Client`] if kube-rs refuses the configuration.
     pub async fn client_with_token(&self, name: &str, token: &str) -> Result<Client, StartError> {
-        let path = self.kubeconfig(name, token)?;
+        self.client_at(name, &self.url, token).await
+    }
+
+    /// [`RealCluster::client_with_token`] for another server `url` of this cluster
+    /// ([`RealCluster::kubeconfig_for`]).
+    ///
+    /// # Errors
+    /// [`StartError::Client`] if kube-rs refuses the configuration.
+    pub async fn client_at(
+        &self,
+        name: &str,
+        url: &str,
+        token: &str,
+    ) -> Result<Client, StartError> {
+        let path = self.kubeconfig_for(name, url, token)?;
         let client_error = |message: String| StartError::Client {
-            url: self.url.clone(),
+            url: url.to_owned(),
             message,
         };
         let kubeconfig = Kubeconfig::read_from(&path).map_err(|e| client_error(e.to_string()))?;
@@ -486,6 +544,56 @@ impl RealCluster {
         Ok(revision)
     }
 
+    /// etcd's client address (`127.0.0.1:<port>`, plain HTTP/2 gRPC), e.g. for a proxy in front
+    /// of it.
+    ///
+    /// # Errors
+    /// [`StartError::Client`] if the URL this harness built does not parse (a bug here).
+    pub fn etcd_addr(&self) -> Result<std::net::SocketAddr, StartError> {
+        let fail = |message: String| StartError::Client {
+            url: self.etcd_url.clone(),
+            message,
+        };
+        let authority = self
+            .etcd_url
+            .strip_prefix("http://")
+            .ok_or_else(|| fail("not an http:// URL".to_owned()))?;
+        authority.parse().map_err(|e| fail(format!("{e}")))
+    }
+
+    /// Starts one more kube-apiserver with the same flags, PKI and tokens on its own free port,
+    /// reaching etcd at `etcd_url` (this cluster's etcd, or a proxy in front of it: an HA control
+    /// plane's second API server), and waits for its `/readyz`. It is killed when the returned
+    /// [`ExtraApiServer`] is dropped (drop it before the cluster: its log is in the cluster's
+    /// temporary directory).
+    ///
+    /// # Errors
+    /// See [`StartError`].
+    pub async fn start_extra_apiserver(
+        &self,
+        etcd_url: &str,
+    ) -> Result<ExtraApiServer, StartError> {
+        let port = free_port()?;
+        let url = format!("https://127.0.0.1:{port}");
+        let mut args = self.apiserver_args.clone();
+        args.extend([
+            format!("--etcd-servers={etcd_url}"),
+            format!("--secure-port={port}"),
+            format!(
+                "--cert-dir={}",
+                self.dir.path().join(format!("certs-{port}")).display()
+            ),
+        ]);
+        let log = self.dir.path().join(format!("kube-apiserver-{port}.log"));
+        let mut process =
+            Process::spawn("kube-apiserver", &self.apiserver_bin, &args, log.clone())?;
+        let client = self
+            .client_at(&format!("admin-{port}"), &url, ADMIN_TOKEN)
+            .await?;
+        wait_ready_at(&client, &url, || process.check_alive(), &log).await?;
+        Ok(ExtraApiServer { process, url, log })
+    }
+
     /// Kills kube-apiserver (SIGKILL; etcd keeps running).
     pub fn kill_apiserver(&mut self) {
         if let Some(mut process) = self.apiserver.take() {
@@ -507,5 +615,32 @@ impl Drop for RealCluster {
     fn drop(&mut self) {
         self.kill_apiserver();
         self.etcd.kill();
+    }
+}
+
+/// A kube-apiserver started by [`RealCluster::start_extra_apiserver`]; killed (SIGKILL, reaped)
+/// on drop.
+#[derive(Debug)]
+pub struct ExtraApiServer {
+    process: Process,
+    url: String,
+    log: PathBuf,
+}
+
+impl ExtraApiServer {
+    /// `https://127.0.0.1:<port>` of this kube-apiserver.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The last lines of its output.
+    pub fn log(&self) -> String {
+        log_tail(&self.log)
+    }
+}
+
+impl Drop for ExtraApiServer {
+    fn drop(&mut self) {
+        self.process.kill();
     }
 }
