@@ -84,9 +84,12 @@
 //! So a controller that **starts** a write only while `now + request_timeout < write_fence`, and
 //! abandons every write after `request_timeout`, has finished (on its side) all its writes before
 //! any successor can hold the Lease, even when it is partitioned from the API server or is deposed
-//! without noticing. What this cannot cover, as for any lease without server-side fencing tokens: a
-//! request the client abandoned that the API server still applies later, and writers that bypass
-//! the algorithm (deleting or hand-editing the Lease).
+//! without noticing. That is **liveness only**: a request the client abandoned may still be
+//! applied by the API server at any later time (a stalled link, a re-armed timeout toward etcd).
+//! Safety comes from the write intents ([`intents`]): every write's intent is in the Lease before
+//! the write is sent, and a successor takes the Lease — by the same resourceVersion
+//! precondition — with them. Not covered: writers that bypass the algorithm (deleting the Lease or
+//! hand-editing its intents).
 //!
 //! The fence holds only while the Lease is not **released**: a release lets a standby in at once.
 //! So the controller releases only after every write it sent whose outcome is unknown can no
