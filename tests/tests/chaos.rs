@@ -21,6 +21,7 @@ use std::time::Instant;
 
 use nodeipam_tests::chaos::{
     Lateness, PhaseTimes, Plan, SeedFailure, SeedReport, Watchdog, run_seed_variant,
+    write_intents_off,
 };
 use tokio::task::JoinSet;
 
@@ -148,6 +149,18 @@ fn run_seeds(
     failures
 }
 
+/// "1st", "2nd", "3rd", "4th" … failure.
+fn ordinal(n: u64) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix} failure")
+}
+
 fn fail_with(failures: &[SeedFailure]) {
     if failures.is_empty() {
         return;
@@ -237,10 +250,15 @@ fn many_seeds() {
     let count = env_u64("CHAOS_SEEDS").unwrap_or(10_000);
     let parallel = env_u64("CHAOS_PARALLEL").map_or(6, |p| usize::try_from(p).unwrap());
     println!(
-        "chaos: seeds {first}..{} ({count}), {parallel} at a time{}",
+        "chaos: seeds {first}..{} ({count}), {parallel} at a time{}{}",
         first + count,
         if cluster_cidrs_variant() {
             ", ClusterCIDR variant"
+        } else {
+            ""
+        },
+        if write_intents_off() {
+            ", WRITE INTENTS OFF (CHAOS_NO_WRITE_INTENTS=1: the design before issue 30)"
         } else {
             ""
         }
@@ -278,6 +296,11 @@ fn many_seeds() {
                 Err(failure) => {
                     failed += 1;
                     println!("{failure}");
+                    println!(
+                        "chaos: seed {} failed ({}; {done} seeds finished so far)",
+                        failure.seed,
+                        ordinal(failed)
+                    );
                 }
             }
             if done.is_multiple_of(100) || done == count {

@@ -34,6 +34,9 @@ use crate::sandbox::{
 
 /// How long the end phase may take to settle (debug build, shared cores: generous).
 pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// How long the end phase waits for late writes (a delivered-late one: up to 60 s after it
+/// arrived) before it clears the faults.
+const LATE_WRITES_BEFORE_CLEAR: Duration = Duration::from_secs(65);
 /// How often the end phase checks whether everything has settled.
 const SETTLE_POLL: Duration = Duration::from_millis(50);
 /// How long the end phase must find everything settled, at every check, before it stops the
@@ -182,6 +185,13 @@ pub async fn run_seed(seed: u64) -> Result<SeedReport, SeedFailure> {
 /// ([`Plan::generate_with_cluster_cidrs`]).
 pub async fn run_seed_variant(seed: u64, cluster_cidrs: bool) -> Result<SeedReport, SeedFailure> {
     run_plan(&Plan::of_seed(seed, cluster_cidrs)).await
+}
+
+/// `CHAOS_NO_WRITE_INTENTS=1`: run the controllers as before issue 30, without write intents
+/// (`ControllerConfig::write_intents_off`; without leader election no Lease and the start-up
+/// write fence) — to show the suite finds what the intents prevent (RELIABILITY.md).
+pub fn write_intents_off() -> bool {
+    std::env::var("CHAOS_NO_WRITE_INTENTS").is_ok_and(|v| v.trim() == "1")
 }
 
 /// What a test of the driver itself makes happen besides the plan (all off for a seed).
@@ -545,9 +555,19 @@ impl Driver<'_> {
         // `--cidr-allocator-type=MultiCIDRRangeAllocator` for the ClusterCIDR variant.
         config.cluster_cidrs = self.plan.cluster_cidrs.is_some();
         config.leader_election = self.plan.leader_election(&identity);
-        if config.leader_election.is_none() {
-            // As `ControllerConfig::from_flags` does without leader election.
-            config.startup_write_fence = config.request_timeout;
+        if write_intents_off() {
+            // The design before issue 30 (`CHAOS_NO_WRITE_INTENTS`): no intents in the Lease;
+            // without leader election no Lease at all, a restart waiting out the start-up write
+            // fence (one request timeout: the plan's, as the Lease would make it).
+            config.write_intents_off = true;
+            if config.leader_election.is_none() {
+                config.request_timeout = self.plan.effective_request_timeout();
+                config.startup_write_fence = config.request_timeout;
+            }
+        } else {
+            // As `ControllerConfig::from_flags` does without leader election: the write intents
+            // live in the Lease, taken at once.
+            config.fence_lease = self.plan.fence_lease(&identity);
         }
         let health = config.health.clone();
         let runtime = match ProcessRuntime::new(&identity) {
@@ -607,7 +627,7 @@ impl Driver<'_> {
             let id = replica.id;
             self.count_timers(&replica.watchdog);
             match joined {
-                Ok(Err(e)) if self.plan.replicas > 1 && is_leadership_error(&e) => {
+                Ok(Err(e)) if is_leadership_error(&e) => {
                     let late = timers_late(&replica.watchdog);
                     let e = with_causes(&e);
                     self.note(format!("chaos-replica-{id} exited: {e}{late}"));
@@ -662,7 +682,7 @@ impl Driver<'_> {
             Err(e) if e.is_cancelled() => {}
             Err(e) => self.violation(format!("chaos-replica-{} panicked: {e}", replica.id)),
             Ok(Ok(_)) => {}
-            Ok(Err(e)) if self.plan.replicas > 1 && is_leadership_error(&e) => {}
+            Ok(Err(e)) if is_leadership_error(&e) => {}
             Ok(Err(e)) => self.violation(format!("chaos-replica-{} failed: {e}", replica.id)),
         }
         self.report.kills += 1;
@@ -689,7 +709,7 @@ impl Driver<'_> {
                 self.note(format!("stopped chaos-replica-{id} (request #{seq} next)"));
                 Stopped::Summary(summary)
             }
-            Ok(Ok(Err(e))) if self.plan.replicas > 1 && is_leadership_error(&e) => {
+            Ok(Ok(Err(e))) if is_leadership_error(&e) => {
                 let late = timers_late(&replica.watchdog);
                 let e = with_causes(&e);
                 self.note(format!("stopped chaos-replica-{id}: {e}{late}"));
@@ -810,6 +830,17 @@ impl Driver<'_> {
                 self.note(format!(
                     "Lease requests fail: the leader is to lose the Lease{why}"
                 ));
+            }
+            Action::AwaitFault(rule) => {
+                let at = Instant::now();
+                let fired = self.wait_until_fired(rule).await;
+                self.report.phases.late_write_waits += at.elapsed();
+                let ms = at.elapsed().as_millis();
+                self.note(if fired {
+                    format!("a delivered-late write is on the wire (taken after {ms} ms)")
+                } else {
+                    "no PATCH took the delivered-late write within 2 s".to_owned()
+                });
             }
             Action::QuiesceAndAddForeign { count, first } => {
                 self.quiesce_and_add_foreign(index, *count, *first).await;
@@ -959,6 +990,26 @@ impl Driver<'_> {
     /// and the end phase runs again (at most [`MAX_RESETTLES`] times; each is logged and counted
     /// in [`SeedReport::resettles`]). A seed that still ends without a leader's summary fails.
     async fn settle_and_stop(&mut self) -> Option<RunSummary> {
+        // Writes delivered late (issue 30) land up to 60 s after they arrived: they run before
+        // the faults are cleared, so a Node whose other PATCHes are refused until its late write
+        // lands (an edge event) is still unserved when it lands.
+        let at = Instant::now();
+        let mut waited = false;
+        while self.sb.in_flight().late_writes > 0 && at.elapsed() < LATE_WRITES_BEFORE_CLEAR {
+            waited = true;
+            self.supervise().await;
+            tokio::time::sleep(SETTLE_POLL).await;
+        }
+        if waited {
+            self.report
+                .phases
+                .add_settle(SettleWait::LateWrites, at.elapsed());
+            let pending = self.sb.in_flight().late_writes;
+            self.note(format!(
+                "end phase: waited {} ms for late writes before clearing the faults ({pending} still pending)",
+                at.elapsed().as_millis()
+            ));
+        }
         self.sb.clear_faults();
         self.sb.set_delay(Duration::ZERO);
         let terminating: Vec<String> = self

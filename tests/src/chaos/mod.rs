@@ -11,10 +11,12 @@
 //!
 //! - the **network**: one of [`NETWORKS`] (IPv4, IPv4 with only 240 usable blocks, dual-stack
 //!   IPv4-first and IPv6-first, IPv6; service CIDRs inside cluster CIDRs reserve blocks);
-//! - the **controller settings**: one replica (no leader election; a restart waits for the
-//!   start-up write fence, one request timeout) or two with leader election on one Lease (lease
-//!   2 s / renew deadline 1.5 s / retry 200 ms, or 3 s / 2 s / 300 ms); request timeout 500 ms
-//!   (with leader election the controller makes it at least 1 s); retries 5 → 100 ms; 1, 4 or 30
+//! - the **controller settings**: one replica (no leader election: as the binary with
+//!   `--leader-elect=false`, its write intents live in the fence Lease, which a restarted process
+//!   takes at once) or two with leader election on one Lease (lease
+//!   2 s / renew deadline 1.5 s / retry 200 ms, or 3 s / 2 s / 300 ms; the one replica's fence
+//!   Lease has the same settings); request timeout 500 ms
+//!   (the Lease makes it 1 s: `controller::write_timeout`); retries 5 → 100 ms; 1, 4 or 30
 //!   workers; 20 % of seeds (35 % with leader election) pace writes at 50/s with a burst of 5,
 //!   so PATCHes queue at the token bucket after the write gate let them through; streaming list or paged LIST; a watch history of 5,000 or 300 changes (the small one
 //!   makes `410 Gone` happen by itself);
@@ -31,7 +33,14 @@
 //!   followed by a start 20–600 ms later; with leader election a Lease loss (Lease requests hang
 //!   past the renew deadline and fail, so the leader gives up and the standby takes over once the
 //!   faults are spent), right after a burst of new Nodes, starting once one of its late writes is
-//!   in flight; or a quiescent point where foreign in-range Nodes are added.
+//!   in flight; or a quiescent point where foreign in-range Nodes are added;
+//! - from a stream of the seed of its own (module `edges`, issue 30; the draws above are what
+//!   they were before): a quarter of the late writes **delivered late** (applied up to 60 s after
+//!   they arrived, whatever their `timeout=`), and 0–2 **edge events** aimed at the write-intent
+//!   fence: a leader killed or deposed with delivered-late PATCHes on the wire (their Nodes'
+//!   other PATCHes refused until they land), renewals failing while new Nodes' PATCHes start
+//!   just before the write gate closes and are delivered around their deadline or later, a
+//!   takeover right after a Lease UPDATE (an intent write) whose answer was lost.
 //!
 //! # Faults injected
 //!
@@ -39,17 +48,22 @@
 //!
 //! | target | faults |
 //! |---|---|
-//! | Node PATCH | 500/502/503; 409 Conflict; 429 with `Retry-After: 1`; hang 0.5–2 *T* (504, not run); delay 0.05–1.3 *T* then run (not run past the deadline); commit then 500/503/504; commit then hang 0.5–2 *T*; **late write**: committed 0.1–1.2 *T* after arrival (refused past the request's deadline), the client answered earlier with a 504 or a dropped connection |
+//! | Node PATCH | 500/502/503; 409 Conflict; 429 with `Retry-After: 1`; hang 0.5–2 *T* (504, not run); delay 0.05–1.3 *T* then run (not run past the deadline); commit then 500/503/504; commit then hang 0.5–2 *T*; **late write**: committed 0.1–1.2 *T* after arrival (refused past the request's deadline), the client answered earlier with a 504 or a dropped connection; **delivered late**: applied 0.8 *T* – 60 s after arrival whatever its deadline (`edges::delivery_delay`) |
 //! | Node GET (re-read after a refusal) | 500; hang; delay |
 //! | Node LIST / WATCH (informer) | 500/503; hang; delay; dropped watches; compaction (410) |
 //! | Event POST | 500; hang |
-//! | Lease GET / UPDATE (leader election) | 500/503; 409; hang; delay; late write (UPDATE) |
+//! | Lease GET / UPDATE (the leader-election or fence Lease) | 500/503; 409; hang; delay; late write and delivered late (UPDATE); commit then 504 (UPDATE, right before a kill) |
 //! | every response | a delay of 0–150 ms for a while |
 //! | the controller | `kill -9` (abort of the `run()` task: every future dropped, in-flight requests cut, no Lease release) mid-PATCH with a late write in flight, or anywhere; clean stop with an early-answered late write in flight; restart (a new identity); with two replicas the leader killed, stopped, or made to lose the Lease, and the standby taking over |
 //!
 //! Faults a conformant API server never produces are not injected: no false 404 or 422 (the
-//! controller treats both as definite and releases), no write committed after its own
-//! deadline.
+//! controller treats both as definite and releases). A write committed after its own deadline is
+//! injected only as a request *delivered* late (the deadline starts when a request arrives).
+//!
+//! The end phase waits (at most 65 s) until every late write has run before it clears the
+//! faults, so a delivered-late write lands while its Node's other PATCHes are still refused.
+//! `CHAOS_NO_WRITE_INTENTS=1` runs the controllers without write intents (the design before
+//! issue 30) to show the suite finds what they prevent (RELIABILITY.md).
 //!
 //! # Nodes with podCIDRs from another actor
 //!
@@ -115,6 +129,7 @@
 
 mod checks;
 mod driver;
+mod edges;
 mod phases;
 mod plan;
 mod pools;
@@ -124,8 +139,9 @@ mod watchdog;
 pub use checks::{AllocationMonitor, Assignment, allocation_problem, check_patches, pool_usage};
 pub use driver::{
     MAX_RESETTLES, SETTLE_TIMEOUT, SeedFailure, SeedReport, build_node, cluster_spec,
-    controller_view, run_plan, run_seed, run_seed_variant,
+    controller_view, run_plan, run_seed, run_seed_variant, write_intents_off,
 };
+pub use edges::{EDGE_STREAM, Edge, delivery_delay};
 pub use phases::{PhaseTimes, SettleWait};
 pub use plan::{
     Action, CHURN_LABEL, FINALIZER, ForeignKind, LeaseTiming, NETWORKS, Network, NodeSpec, Plan,

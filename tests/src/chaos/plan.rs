@@ -313,6 +313,10 @@ pub enum Action {
         /// First index of their names (`foreign-in-<i>`).
         first: usize,
     },
+    /// Wait (at most 2 s) until this rule, added by an earlier step, has fired — a PATCH of a
+    /// delivered-late write is on the wire before the next step (a kill, a Lease loss) comes
+    /// ([`super::edges`]).
+    AwaitFault(FaultRule),
     /// Create a ClusterCIDR (the variant of [`super::pools`]).
     CreateClusterCidr(super::pools::PoolSpec),
     /// Delete a ClusterCIDR (it stays, terminating, while the controller's finalizer holds it).
@@ -375,7 +379,7 @@ pub const FINALIZER: &str = "chaos.nodeipam.test/drain";
 /// What the generator knows of the Nodes the actor made (the controller never creates or deletes
 /// Nodes, so this is exact).
 #[derive(Default)]
-struct Model {
+pub(super) struct Model {
     /// Names of Nodes that exist and are not terminating, sorted (draws must not depend on
     /// hash order).
     live: BTreeSet<String>,
@@ -396,7 +400,7 @@ impl Model {
         names.choose(rng).map(|n| (*n).clone())
     }
 
-    fn new_spec(&mut self, rng: &mut ChaCha8Rng, finalizer_chance: f64) -> NodeSpec {
+    pub(super) fn new_spec(&mut self, rng: &mut ChaCha8Rng, finalizer_chance: f64) -> NodeSpec {
         let template = rng.random_range(0..templates().len());
         let name = format!("{}-{}", templates()[template].short, self.next_index);
         self.next_index += 1;
@@ -408,7 +412,7 @@ impl Model {
         }
     }
 
-    fn add(&mut self, spec: &NodeSpec) {
+    pub(super) fn add(&mut self, spec: &NodeSpec) {
         self.live.insert(spec.name.clone());
         if spec.finalizer {
             self.with_finalizer.insert(spec.name.clone());
@@ -515,25 +519,38 @@ impl Plan {
         &NETWORKS[self.network]
     }
 
-    /// The longest a write of a controller of this plan may take: its request timeout, as
-    /// leader election adjusts it (`controller::write_timeout`).
+    /// The longest a write of a controller of this plan may take: its request timeout, as the
+    /// Lease adjusts it (`controller::write_timeout`) — with leader election, and without it
+    /// too, where the Lease keeps the write intents ([`Plan::fence_lease`]). Only a run with the
+    /// intents switched off (`CHAOS_NO_WRITE_INTENTS`) has no Lease without leader election; it
+    /// is given this same timeout.
     pub fn effective_request_timeout(&self) -> Duration {
-        match self.leader_election("x") {
-            Some(election) => nodeipam::controller::write_timeout(self.request_timeout, &election),
-            None => self.request_timeout,
-        }
+        nodeipam::controller::write_timeout(self.request_timeout, &self.lease_config("x"))
     }
 
-    /// The leader-election settings for a replica called `identity` (`None` with one replica).
-    pub fn leader_election(&self, identity: &str) -> Option<nodeipam::leader::LeaseConfig> {
-        (self.replicas > 1).then(|| nodeipam::leader::LeaseConfig {
+    /// The Lease settings for a replica called `identity`: the leader-election Lease with two
+    /// replicas, the fence Lease (`ControllerConfig::fence_lease`, as `from_flags` sets it
+    /// without `--leader-elect`) with one.
+    fn lease_config(&self, identity: &str) -> nodeipam::leader::LeaseConfig {
+        nodeipam::leader::LeaseConfig {
             namespace: "kube-system".to_owned(),
             name: "nodeipam-controller".to_owned(),
             identity: identity.to_owned(),
             lease_duration: self.lease.lease_duration,
             renew_deadline: self.lease.renew_deadline,
             retry_period: self.lease.retry_period,
-        })
+        }
+    }
+
+    /// With one replica: the Lease that keeps its write intents, taken at once at start-up
+    /// (`ControllerConfig::fence_lease`; the binary's `--leader-elect=false`). `None` with two.
+    pub fn fence_lease(&self, identity: &str) -> Option<nodeipam::leader::LeaseConfig> {
+        (self.replicas == 1).then(|| self.lease_config(identity))
+    }
+
+    /// The leader-election settings for a replica called `identity` (`None` with one replica).
+    pub fn leader_election(&self, identity: &str) -> Option<nodeipam::leader::LeaseConfig> {
+        (self.replicas > 1).then(|| self.lease_config(identity))
     }
 
     /// Nodes created over the whole run (initial ones included; a re-creation counts).
@@ -718,6 +735,9 @@ impl Plan {
                 Step { gap, action }
             })
             .collect();
+        // Issue 30: delivered-late writes and the fence's edges, from a stream of their own
+        // (every draw above is what it was before).
+        self.draw_fence_edges(&mut model);
     }
 
     /// Times and bounds of faults, relative to the request timeout `t`.
@@ -1045,7 +1065,7 @@ mod tests {
         for seed in 0..50 {
             let plan = Plan::generate(seed);
             let created = plan.nodes_created();
-            assert!((200..=560).contains(&created), "seed {seed}: {created}");
+            assert!((200..=580).contains(&created), "seed {seed}: {created}");
             assert!(
                 plan.steps.iter().any(|s| matches!(
                     s.action,
