@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A one-node Kubernetes cluster on this machine, with the controller running as a Pod (issue 33):
 #
-#   sudo tests/cluster/cluster.sh up      # ~1 minute warm; prints the KUBECONFIG to use
+#   sudo tests/cluster/cluster.sh up      # prints the KUBECONFIG to use
 #   sudo tests/cluster/cluster.sh down    # always safe to run; leaves nothing behind
 #
 # What runs (all on a bridge this script creates, `nodeipam0`, 10.99.0.1/24, never a real
