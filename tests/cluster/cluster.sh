@@ -702,7 +702,10 @@ down() {
     [[ "$(id -u)" == 0 ]] || die "needs root"
     exec 9>"$LOCK"
     flock -w 60 9 || die "another cluster.sh holds $LOCK"
-    down_locked
+    local status=0
+    down_locked || status=$?
+    rm -f "$LOCK"
+    return "$status"
 }
 
 status() {
