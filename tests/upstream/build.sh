@@ -3,6 +3,8 @@
 # upstream's published Go modules at the versions pinned in this folder:
 #
 #   kube-apiserver, kube-controller-manager   k8s.io/kubernetes (go.mod, the `tool` lines)
+#   kubelet, kube-scheduler, kubemark         the same module, for the one-node cluster
+#                                             (tests/cluster/cluster.sh, issue 33)
 #   every main under cmd/*                    our own small Go programs over upstream packages
 #   etcd                                      go.etcd.io/etcd/server/v3 (etcd/go.mod, etcd/main.go)
 #   helm                                      helm.sh/helm/v3 (helm/go.mod, its `tool` line), for
@@ -67,7 +69,7 @@ mkdir -p "$CACHE_ROOT"
 WORK="$(mktemp -d "$CACHE_ROOT/.build.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 START=$SECONDS
-log "building kube-apiserver, kube-controller-manager ($K8S_VERSION), etcd ($ETCD_VERSION), helm ($HELM_VERSION) and cmd/* with $("$GO" version) into $OUT"
+log "building kube-apiserver, kube-controller-manager, kubelet, kube-scheduler, kubemark ($K8S_VERSION), etcd ($ETCD_VERSION), helm ($HELM_VERSION) and cmd/* with $("$GO" version) into $OUT"
 
 export CGO_ENABLED=0 GOFLAGS=-mod=readonly
 # The version the binaries report (/version, --version), as upstream's release build stamps it.
@@ -76,7 +78,8 @@ LDFLAGS="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION"
 LDFLAGS+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$K8S_MINOR"
 LDFLAGS+=" -X k8s.io/component-base/version.gitTreeState=clean"
 
-PACKAGES=(k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager)
+PACKAGES=(k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
+    k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubemark)
 for dir in "$HERE"/cmd/*/; do
     [[ -d "$dir" ]] && PACKAGES+=("./cmd/$(basename "$dir")")
 done
