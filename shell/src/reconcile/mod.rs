@@ -179,6 +179,10 @@ pub struct Allocator {
     /// Whether the deletion of a Node holding podCIDRs quarantines them for its name
     /// ([`Allocator::set_deletion_quarantine`]).
     deletion_quarantine: bool,
+    /// Every name quarantined since it was last cleaned (a superset of the records in
+    /// [`RecordState::Quarantined`], cleaned lazily), so that a Node's occupy looks through the
+    /// quarantines, not every record: O(1) at start-up and whenever none is running.
+    quarantine_names: std::collections::HashSet<NodeName>,
 }
 
 impl Allocator {
@@ -227,6 +231,7 @@ impl Allocator {
             space_holders_memo: None,
             space_holders_visited: 0,
             deletion_quarantine: false,
+            quarantine_names: std::collections::HashSet::new(),
         })
     }
 

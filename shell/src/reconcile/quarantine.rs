@@ -28,6 +28,7 @@ impl Allocator {
         }
         record.state = RecordState::Quarantined;
         let pod_cidrs = record.held.to_vec();
+        self.quarantine_names.insert(name.into());
         self.holdings_generation = self.holdings_generation.wrapping_add(1);
         self.label_refusals.remove(name);
         Some(Decision::new(Action::Quarantined { pod_cidrs }).then(Next::EndQuarantine))
@@ -69,21 +70,35 @@ impl Allocator {
 
     /// Ends every quarantine (of another name) that overlaps what `name`'s record now holds: a
     /// Node showing those podCIDRs has the stronger claim. Blocks `name` holds stay allocated;
-    /// the rest of each quarantine is released. Returns the release metrics.
+    /// the rest of each quarantine is released. Returns the release metrics. Looks through the
+    /// quarantines only (`quarantine_names`, cleaned of ended ones here), never every record.
     pub(super) fn end_quarantines_under(&mut self, name: &str) -> Vec<MetricEvent> {
+        if self.quarantine_names.is_empty() {
+            return Vec::new();
+        }
+        let nodes = &self.nodes;
+        self.quarantine_names.retain(|q| {
+            nodes
+                .get(q)
+                .is_some_and(|r| r.state == RecordState::Quarantined)
+        });
         let Some(held) = self.nodes.get(name).map(|r| r.held.clone()) else {
             return Vec::new();
         };
         let ended: Vec<super::NodeName> = self
-            .nodes
+            .quarantine_names
             .iter()
-            .filter(|(other, r)| {
-                &***other != name
-                    && r.state == RecordState::Quarantined
-                    && r.held.iter().any(|q| held.iter().any(|h| h.overlaps(q)))
+            .filter(|other| &***other != name)
+            .filter(|other| {
+                self.nodes
+                    .get(*other)
+                    .is_some_and(|r| r.held.iter().any(|q| held.iter().any(|h| h.overlaps(q))))
             })
-            .map(|(other, _)| other.clone())
+            .cloned()
             .collect();
+        for other in &ended {
+            self.quarantine_names.remove(other);
+        }
         ended.iter().flat_map(|other| self.forget(other)).collect()
     }
 }
