@@ -348,3 +348,249 @@ fn values_that_cannot_work_fail_the_render_naming_the_value() {
         "no leader-election Role without leader election"
     );
 }
+
+/// The marker every YAML-breaking payload carries: in a render that keeps a payload whole, a
+/// string (or key) holding the marker holds the whole payload; a fragment of it means the payload
+/// was read as YAML structure.
+const MARK: &str = "PWNED";
+
+/// A ClusterRoleBinding of the chart's ServiceAccount to `cluster-admin` (issue 31, item 3),
+/// after `prefix`.
+fn admin_binding(prefix: &str) -> String {
+    format!(
+        "{prefix}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
+         metadata:\n  name: {MARK}\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  \
+         kind: ClusterRole\n  name: cluster-admin\nsubjects:\n  - kind: ServiceAccount\n    \
+         name: nodeipam-controller\n    namespace: kube-system"
+    )
+}
+
+/// Values that break out of a YAML scalar written unquoted, double-quoted or single-quoted, or
+/// that YAML reads as structure: newline + `---` + a ClusterRoleBinding to cluster-admin (bare,
+/// and after a closing `"`), a newline with an indented key after a closing `'`, flow
+/// collection, alias and comment indicators, and CRLF line breaks.
+fn breakers() -> Vec<String> {
+    vec![
+        admin_binding("10.244.0.0/16"),
+        admin_binding(&format!("{MARK}\"")),
+        format!("{MARK}'\n          {MARK}-key: true\n  # {MARK}"),
+        format!("{{{MARK}: [1]}} *{MARK} #{MARK}"),
+        format!("{MARK}\r\n---\r\nkind: Secret\r\nmetadata: {{name: {MARK}}}"),
+    ]
+}
+
+/// Where a value is a list or map that is empty by default, the entry the test adds for a payload
+/// `p` (so that every string the chart can be given is tried).
+fn entry_for_empty(path: &str, p: &str) -> Option<Value> {
+    let entry = match path {
+        "controller.nodeCIDRMaskSizeRules" | "controller.extraArgs" => serde_json::json!([p]),
+        "imagePullSecrets" => serde_json::json!([{ "name": p }]),
+        "extraVolumes" => serde_json::json!([{ "name": p, "emptyDir": {} }]),
+        "extraVolumeMounts" => serde_json::json!([{ "name": p, "mountPath": "/x" }]),
+        "serviceAccount.annotations"
+        | "podAnnotations"
+        | "podLabels"
+        | "nodeSelector"
+        | "grafanaDashboard.annotations" => serde_json::json!({ "example.com/key": p }),
+        _ => return None,
+    };
+    Some(entry)
+}
+
+/// A value's place in values.yaml: keys and list indexes (a key may hold dots, as label keys do).
+type ValuePath = Vec<String>;
+
+/// The paths of every string in `value`, and of every empty list or map.
+fn string_paths(
+    value: &Value,
+    path: &ValuePath,
+    strings: &mut Vec<ValuePath>,
+    empty: &mut Vec<ValuePath>,
+) {
+    let join = |key: String| {
+        let mut longer = path.clone();
+        longer.push(key);
+        longer
+    };
+    match value {
+        Value::String(_) => strings.push(path.clone()),
+        Value::Array(items) if items.is_empty() => empty.push(path.clone()),
+        Value::Object(map) if map.is_empty() => empty.push(path.clone()),
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                string_paths(item, &join(i.to_string()), strings, empty);
+            }
+        }
+        Value::Object(map) => {
+            for (key, item) in map {
+                string_paths(item, &join(key.clone()), strings, empty);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `values` with the value at `path` replaced by `new`.
+fn with_value(values: &Value, path: &ValuePath, new: Value) -> Value {
+    let mut out = values.clone();
+    let mut at = &mut out;
+    for key in path {
+        at = match at {
+            Value::Array(items) => &mut items[key.parse::<usize>().unwrap()],
+            Value::Object(map) => map.get_mut(key).unwrap(),
+            other => panic!("{path:?}: {other} has no {key}"),
+        };
+    }
+    *at = new;
+    out
+}
+
+/// Every string and map key in `value` that holds [`MARK`] but not the whole `payload`.
+fn fragments(value: &Value, payload: &str, out: &mut Vec<String>) {
+    let partial = |text: &str| text.contains(MARK) && !text.contains(payload);
+    match value {
+        Value::String(text) if partial(text) => out.push(text.clone()),
+        Value::Array(items) => items.iter().for_each(|v| fragments(v, payload, out)),
+        Value::Object(map) => {
+            for (key, item) in map {
+                if partial(key) {
+                    out.push(key.clone());
+                }
+                fragments(item, payload, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// (kind, namespace, name) of every document, sorted, duplicates kept.
+fn identities(docs: &[Value]) -> Vec<(String, String, String)> {
+    let text = |v: &Value| v.as_str().map_or_else(|| v.to_string(), str::to_owned);
+    let mut out: Vec<_> = docs
+        .iter()
+        .map(|d| {
+            let metadata = &d["metadata"];
+            (
+                text(&d["kind"]),
+                text(&metadata["namespace"]),
+                text(&metadata["name"]),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Why the render of `values` with `payload` at `path` is neither refused nor the expected
+/// objects, if it is not.
+fn injection(
+    values: &Value,
+    path: &str,
+    payload: &str,
+    expected: &[(String, String, String)],
+) -> Option<String> {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), values.to_string()).unwrap();
+    let mut args = PROMETHEUS_VALUES.to_vec();
+    args.extend(["--values", file.path().to_str().unwrap()]);
+    let Ok(text) = deploy::helm_template_text(&args)? else {
+        return None; // refused
+    };
+    let docs: Result<Vec<Value>, _> = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|doc| {
+            use serde::Deserialize as _;
+            Value::deserialize(doc)
+        })
+        .collect();
+    let docs: Vec<Value> = match docs {
+        Ok(docs) => docs.into_iter().filter(|d| !d.is_null()).collect(),
+        Err(e) => {
+            return Some(format!(
+                "{path}: helm printed YAML that does not parse: {e}"
+            ));
+        }
+    };
+    let got = identities(&docs);
+    if got != expected {
+        let extra: Vec<_> = got.iter().filter(|k| !expected.contains(k)).collect();
+        let missing: Vec<_> = expected.iter().filter(|k| !got.contains(k)).collect();
+        return Some(format!(
+            "{path}: rendered other objects: extra {extra:?}, missing {missing:?}"
+        ));
+    }
+    let admin = docs.iter().any(|d| d["roleRef"]["name"] == "cluster-admin");
+    let mut broken = Vec::new();
+    docs.iter().for_each(|d| fragments(d, payload, &mut broken));
+    if admin || !broken.is_empty() {
+        return Some(format!(
+            "{path}: the payload became YAML structure (cluster-admin bound: {admin}; \
+             fragments: {broken:?})"
+        ));
+    }
+    None
+}
+
+/// Issue 31, item 3: every string the chart takes — each string in values.yaml, and an entry of
+/// each list or map that is empty by default — set to each YAML-breaking payload ([`breakers`])
+/// either fails the render (values.schema.json's patterns, a `required`…) or renders exactly
+/// the objects of the default render (same kinds, namespaces and names; no ClusterRoleBinding to
+/// cluster-admin), with the payload kept whole as one string. Rendered with Prometheus and the
+/// dashboard on, so that their values are used too.
+#[test]
+fn yaml_breaking_values_are_refused_or_stay_one_string() {
+    let Some(base) = chart(&PROMETHEUS_VALUES) else {
+        return;
+    };
+    let expected = identities(&base.unwrap_or_else(|e| panic!("helm template: {e}")));
+    let text =
+        std::fs::read_to_string(deploy::repo_root().join("charts/nodeipam/values.yaml")).unwrap();
+    let defaults: Value = serde_yaml_ng::from_str(&text).unwrap();
+    let (mut strings, mut empty) = (Vec::new(), Vec::new());
+    string_paths(&defaults, &Vec::new(), &mut strings, &mut empty);
+    // Integer-or-string values whose default is an integer.
+    strings.push(vec![
+        "podDisruptionBudget".to_owned(),
+        "minAvailable".to_owned(),
+    ]);
+    let mut cases = Vec::new();
+    for payload in breakers() {
+        for path in &strings {
+            let values = with_value(&defaults, path, Value::String(payload.clone()));
+            cases.push((path.join("."), payload.clone(), values));
+        }
+        for path in &empty {
+            let name = path.join(".");
+            let entry = entry_for_empty(&name, &payload).unwrap_or_else(|| {
+                panic!("{name} is empty by default: say in entry_for_empty what to try there")
+            });
+            cases.push((name, payload.clone(), with_value(&defaults, path, entry)));
+        }
+    }
+    assert!(cases.len() > 200, "{} cases", cases.len());
+    let cases = std::sync::Mutex::new(cases.into_iter());
+    let failures = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| {
+                loop {
+                    let Some((path, payload, values)) = cases.lock().unwrap().next() else {
+                        return;
+                    };
+                    if let Some(failure) = injection(&values, &path, &payload, &expected) {
+                        failures
+                            .lock()
+                            .unwrap()
+                            .push(format!("{failure}\n  payload {payload:?}"));
+                    }
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} renders took a YAML-breaking value as structure:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}

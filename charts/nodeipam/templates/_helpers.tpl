@@ -7,10 +7,10 @@
 {{- define "nodeipam.labels" -}}
 app.kubernetes.io/name: nodeipam-controller
 app.kubernetes.io/part-of: nodeipam
-app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | quote }}
 {{- end -}}
 
 {{/* The controller Pods' labels; the Deployment, PodDisruptionBudget, Service and pod

@@ -89,6 +89,11 @@ pub fn helm() -> Option<PathBuf> {
 /// `helm template nodeipam charts/nodeipam --namespace kube-system ARGS…`: the documents, or
 /// helm's error text. `None` when helm cannot run ([`helm`]).
 pub fn helm_template(args: &[&str]) -> Option<Result<Vec<Value>, String>> {
+    Some(helm_template_text(args)?.map(|text| documents(&text)))
+}
+
+/// [`helm_template`]'s output as helm printed it (not parsed), or helm's error text.
+pub fn helm_template_text(args: &[&str]) -> Option<Result<String, String>> {
     let helm = helm()?;
     let out = Command::new(&helm)
         .args(["template", "nodeipam"])
@@ -98,9 +103,7 @@ pub fn helm_template(args: &[&str]) -> Option<Result<Vec<Value>, String>> {
         .output()
         .unwrap_or_else(|e| panic!("{}: {e}", helm.display()));
     Some(if out.status.success() {
-        Ok(documents(
-            &String::from_utf8(out.stdout).expect("helm prints UTF-8"),
-        ))
+        Ok(String::from_utf8(out.stdout).expect("helm prints UTF-8"))
     } else {
         Err(String::from_utf8_lossy(&out.stderr).into_owned())
     })
