@@ -425,7 +425,7 @@ async fn late_writes_on_the_etcd_link_give_no_block_twice() {
 /// The long variant: [`long_runs`] (22 runs, both links, 0–60 s, short and default settings) or
 /// `NODEIPAM_DELAYED_LINK_RUNS`; every run's line is printed, then no run may have a duplicate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "about 30 minutes; run by hand (RELIABILITY.md, \"Late writes on the real stack\")"]
+#[ignore = "about 20 minutes; run by hand (RELIABILITY.md, \"Late writes on the real stack\")"]
 async fn late_writes_on_delayed_links_give_no_block_twice_long() {
     let mut outcomes = Vec::new();
     for (link, delay, settings) in selected_runs() {
