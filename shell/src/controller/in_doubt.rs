@@ -83,7 +83,7 @@ impl InDoubtWrites {
 
     /// Every Node with a write in doubt and the latest instant one of its writes may land (expired
     /// ones included, until settled), sorted by name. For the model checker
-    /// (`shell/tests/model_check.rs`), which carries this state from step to step.
+    /// (`model-check/tests/model_check.rs`), which carries this state from step to step.
     #[doc(hidden)]
     pub fn deadlines(&self) -> Vec<(NodeName, Instant)> {
         let until = self.until.lock().unwrap_or_else(PoisonError::into_inner);

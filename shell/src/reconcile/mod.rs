@@ -148,7 +148,7 @@ impl NodeRecord {
 }
 
 /// The allocator state: the pool and who holds what. `Clone` copies the whole state (`plan`
-/// copies it per pass; the model checker, `shell/tests/model_check.rs`, branches on it).
+/// copies it per pass; the model checker, `model-check/tests/model_check.rs`, branches on it).
 #[derive(Debug, Clone)]
 pub struct Allocator {
     /// The backing sets: one per `--cluster-cidr` entry, flag order (several per family: issue
@@ -477,7 +477,7 @@ impl Allocator {
     /// event is published, so it is cut at
     /// [`FAILED_PATCHES_BEFORE_EVENT`] + 1. Caches that change no answer (the exhaustion reason's
     /// memo, its cost counter) are left out. Two allocators with equal keys answer every call
-    /// alike. For the model checker (`shell/tests/model_check.rs`), which identifies states by it;
+    /// alike. For the model checker (`model-check/tests/model_check.rs`), which identifies states by it;
     /// not used by the controller.
     #[doc(hidden)]
     pub fn model_key(&self) -> String {
