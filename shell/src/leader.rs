@@ -86,7 +86,7 @@
 //! any successor can hold the Lease, even when it is partitioned from the API server or is deposed
 //! without noticing. That is **liveness only**: a request the client abandoned may still be
 //! applied by the API server at any later time (a stalled link, a re-armed timeout toward etcd).
-//! Safety comes from the write intents ([`intents`]): every write's intent is in the Lease before
+//! Safety comes from the write intents ([`WriteIntents`]): every write's intent is in the Lease before
 //! the write is sent, and a successor takes the Lease — by the same resourceVersion
 //! precondition — with them. Not covered: writers that bypass the algorithm (deleting the Lease or
 //! hand-editing its intents).
@@ -448,7 +448,7 @@ impl LeaderElector {
 
     /// Keeps `intents` in the Lease: every UPDATE (acquire, renew, release) writes them, a write
     /// is made at once whenever an intent is added, and a Lease is taken over with the intents it
-    /// holds (see [`intents`]). A Lease whose intents cannot be read is not taken.
+    /// holds (see [`WriteIntents`]). A Lease whose intents cannot be read is not taken.
     #[must_use]
     pub fn with_write_intents(mut self, intents: Arc<WriteIntents>) -> Self {
         self.intents = Some(intents);

@@ -14,7 +14,7 @@ use crate::leader::{Leadership, WriteIntent, WriteIntents};
 ///
 /// - **Safety: the write intent.** With leader election, a PATCH is sent only once its intent
 ///   (Node, uid, podCIDRs) is in a Lease write that committed while this replica held the Lease
-///   ([`WriteGate::record_intent`], `leader::intents`): a successor takes the Lease with every such
+///   (`WriteGate::record_intent`, `leader::intents`): a successor takes the Lease with every such
 ///   intent and holds those blocks for those Nodes, so a PATCH that reaches the API server at any
 ///   later time cannot give a block to a second Node. No timing is assumed.
 /// - Liveness: not before `not_before`. Without leader election, after a restart a write the

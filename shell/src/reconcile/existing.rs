@@ -133,7 +133,7 @@ impl Allocator {
     /// Reserves `pod_cidrs` for Node `node` as a write in doubt that a predecessor recorded in the
     /// Lease before sending it (a write intent, see `leader::intents`): its PATCH may still land at
     /// any time, so the blocks stay the Node's — and are sent to it again, as for any write in
-    /// doubt ([`RecordState::Pending`] with `maybe_sent`) — until the outcome is definite. Call it
+    /// doubt (a pending record with `maybe_sent`) — until the outcome is definite. Call it
     /// after [`Allocator::startup_occupy`], before the first allocation, for a Node that is listed
     /// with the intent's uid and no podCIDRs (a Node that has podCIDRs or another uid, or is gone,
     /// can never take the write: nothing to reserve).
