@@ -318,17 +318,21 @@ mod tests {
             }
         }
         assert!(delivered > 200, "{delivered} delivered-late rules");
-        assert!(long > 0 && long < 40, "{long} delivered 10 s late or later");
+        // Most delays are short (seeds stay fast), a few reach 10–60 s.
         assert!(
-            awaited > 20,
+            long > 0 && long * 10 < delivered,
+            "{long} of {delivered} delivered 10 s late or later"
+        );
+        assert!(
+            awaited >= 10,
             "{awaited} kills or Lease losses with writes on the wire"
         );
         assert!(
-            lost_answers > 10,
+            lost_answers >= 10,
             "{lost_answers} takeovers after a lost intent answer"
         );
         assert!(
-            at_deadline > 10,
+            at_deadline >= 10,
             "{at_deadline} writes at the renew deadline"
         );
     }
