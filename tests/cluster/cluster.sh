@@ -323,7 +323,7 @@ make_pki() {
 start() {
     local name="$1"
     shift
-    setsid "$@" </dev/null >>"$STATE/logs/$name.log" 2>&1 &
+    setsid "$@" </dev/null >>"$STATE/logs/$name.log" 2>&1 9>&- &
     echo $! >"$STATE/pids/$name"
 }
 
@@ -567,7 +567,7 @@ stop_pid() {
 our_shims() {
     local p
     for p in /proc/[0-9]*; do
-        if tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "-address $STATE/containerd/containerd.sock "; then
+        if { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -qF -- "-address $STATE/containerd/containerd.sock "; then
             basename "$p"
         fi
     done
@@ -701,7 +701,7 @@ down_locked() {
 down() {
     [[ "$(id -u)" == 0 ]] || die "needs root"
     exec 9>"$LOCK"
-    flock -w 60 9 || die "another cluster.sh holds $LOCK"
+    flock -w 5 9 || die "another cluster.sh holds $LOCK"
     local status=0
     down_locked || status=$?
     rm -f "$LOCK"
