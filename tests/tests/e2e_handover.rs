@@ -255,26 +255,7 @@ async fn writes_queued_behind_the_token_bucket_are_not_sent_after_the_lease_is_l
 /// block for LATE and gives FIRST another one; the intent leaves the Lease once LATE shows it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_delivered_after_the_lease_passed_on_cannot_give_its_block_to_a_second_node() {
-    init_tracing();
-    let template = fixture(AWS)["items"][1].clone();
-    let sb = Sandbox::start(
-        json!({"kind": "NodeList", "apiVersion": "v1", "items": [node_like(&template, LATE)]}),
-    )
-    .await;
-    let monitor = OverlapMonitor::attach(&sb);
-    let ipam = ipam("10.30.0.0/22", "", masks(None, None, None));
-    sb.inject(
-        FaultRule::new(
-            Verb::Patch,
-            Resource::Nodes,
-            1,
-            FaultAction::DeliveredLate {
-                after: Duration::from_secs(10),
-                answer: LateAnswer::DropConnection,
-            },
-        )
-        .named(LATE),
-    );
+    let (sb, monitor, template, ipam) = late_delivered_sandbox().await;
     // Every later PATCH of LATE (B's) fails without an outcome: LATE waits for the late write.
     sb.inject(
         FaultRule::new(Verb::Patch, Resource::Nodes, 1000, FaultAction::Status(503)).named(LATE),
@@ -335,24 +316,15 @@ async fn a_write_delivered_after_the_lease_passed_on_cannot_give_its_block_to_a_
     sb.shutdown().await;
 }
 
-/// The write intents annotation of the Lease, as stored (empty if none).
-fn lease_intents(sb: &SandboxHandle) -> String {
-    sb.lease("kube-system", LEASE_NAME)
-        .and_then(|lease| {
-            lease["metadata"]["annotations"][nodeipam::leader::WRITE_INTENTS_ANNOTATION]
-                .as_str()
-                .map(str::to_owned)
-        })
-        .unwrap_or_default()
-}
-
-/// The same without leader election (issue 30): the write intents live in the same Lease, which a
-/// replica started without leader election takes at once — no waiting for an earlier process's
-/// lease, and no start-up write fence: the Lease's compare-and-swap is the fence. A, without
-/// leader election, is killed with its PATCH of LATE still on the wire (applied 10 s later,
-/// whatever its `timeout=`); B, its replacement, starts at once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_leader_election_a_restarted_controller_inherits_the_writes_still_on_the_wire() {
+/// A sandbox holding LATE (no podCIDRs) whose first PATCH is applied 10 s after it arrived,
+/// whatever its `timeout=`, and answered with a dropped connection; an overlap monitor on it; the
+/// Node template; a four-/24 cluster CIDR.
+async fn late_delivered_sandbox() -> (
+    SandboxHandle,
+    OverlapMonitor,
+    Value,
+    nodeipam_core::IpamConfig,
+) {
     init_tracing();
     let template = fixture(AWS)["items"][1].clone();
     let sb = Sandbox::start(
@@ -373,6 +345,28 @@ async fn without_leader_election_a_restarted_controller_inherits_the_writes_stil
         )
         .named(LATE),
     );
+    (sb, monitor, template, ipam)
+}
+
+/// The write intents annotation of the Lease, as stored (empty if none).
+fn lease_intents(sb: &SandboxHandle) -> String {
+    sb.lease("kube-system", LEASE_NAME)
+        .and_then(|lease| {
+            lease["metadata"]["annotations"][nodeipam::leader::WRITE_INTENTS_ANNOTATION]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .unwrap_or_default()
+}
+
+/// The same without leader election (issue 30): the write intents live in the same Lease, which a
+/// replica started without leader election takes at once — no waiting for an earlier process's
+/// lease, and no start-up write fence: the Lease's compare-and-swap is the fence. A, without
+/// leader election, is killed with its PATCH of LATE still on the wire (applied 10 s later,
+/// whatever its `timeout=`); B, its replacement, starts at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_leader_election_a_restarted_controller_inherits_the_writes_still_on_the_wire() {
+    let (sb, monitor, template, ipam) = late_delivered_sandbox().await;
     sb.inject(
         FaultRule::new(Verb::Patch, Resource::Nodes, 1000, FaultAction::Status(503)).named(LATE),
     );

@@ -43,6 +43,11 @@ struct Elector {
 
 fn spawn(api: &FakeApi, config: LeaseConfig) -> Elector {
     let elector = LeaderElector::new(api.client(&config.identity), config).expect("valid config");
+    run_elector(elector)
+}
+
+/// Runs `elector` until its shutdown future is resolved ([`Elector::stop`]).
+fn run_elector(elector: LeaderElector) -> Elector {
     let (state_tx, state) = watch::channel(Leadership::default());
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(elector.run(state_tx, async move {
@@ -1140,19 +1145,7 @@ fn spawn_with_intents(api: &FakeApi, config: LeaseConfig) -> (Elector, Arc<Write
     let elector = LeaderElector::new(api.client(&config.identity), config)
         .expect("valid config")
         .with_write_intents(intents.clone());
-    let (state_tx, state) = watch::channel(Leadership::default());
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(elector.run(state_tx, async move {
-        let _ = stopped.await;
-    }));
-    (
-        Elector {
-            state,
-            stop: Some(stop),
-            task,
-        },
-        intents,
-    )
+    (run_elector(elector), intents)
 }
 
 fn write_intent(node: &str, cidr: &str) -> WriteIntent {
