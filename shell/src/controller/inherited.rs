@@ -22,9 +22,18 @@ pub(super) struct Inherited {
 
 /// Reserves, after the start-up occupy and before the first allocation, the blocks of every write
 /// a predecessor may still land: each intent inherited with the Lease whose Node is listed with
-/// the intent's uid and no podCIDRs becomes a write in doubt
+/// the intent's uid and that the start-up occupy left without a record becomes a write in doubt
 /// ([`Allocator::seed_write_in_doubt`]); every other intent can no longer change anything and
 /// leaves the Lease. Logs each one.
+///
+/// The informer's cache runs ahead of the allocator: a watch event that arrived after the start-up
+/// occupy (the predecessor's late write committing, say) already shows the Node's podCIDRs here,
+/// while the allocator has not occupied them — that happens when a worker decides the event,
+/// after the first allocations have started. So whether the Node has podCIDRs is read from the
+/// allocator (a record made by the start-up occupy), never from the cache: an intent settled on
+/// the cache's word left its block free for another Node until the event was decided (chaos seed
+/// 18, two Nodes with one block). The reservation stands until the Node's event is decided (its
+/// podCIDRs are then occupied, whatever they are).
 pub(super) fn seed_inherited_intents(
     allocator: &Mutex<Allocator>,
     cache: &NodeCache,
@@ -40,8 +49,11 @@ pub(super) fn seed_inherited_intents(
         let same_object = listed
             .as_ref()
             .is_some_and(|n| n.uid.as_deref() == intent.uid.as_deref());
-        let Some(view) = listed.filter(|n| same_object && !n.has_pod_cidrs()) else {
-            tracing::info!(node = %intent.node, pod_cidrs = %intent.pod_cidrs.join(","), "inherited write intent settled: the Node has podCIDRs, is gone or is another object");
+        // A record from the start-up occupy: the Node was listed with podCIDRs, which are immutable
+        // (the write can only repeat them or be refused).
+        let occupied = allocator.held(&intent.node).is_some();
+        let Some(view) = listed.filter(|_| same_object && !occupied) else {
+            tracing::info!(node = %intent.node, pod_cidrs = %intent.pod_cidrs.join(","), "inherited write intent settled: the Node was listed with podCIDRs, is gone or is another object");
             intents.settle(&intent.node);
             outcome.settled += 1;
             continue;
@@ -74,4 +86,80 @@ fn parse(intent: &WriteIntent) -> Result<Vec<Cidr>, String> {
                 .map_err(|e| format!("podCIDR {text:?} of the intent: {e}"))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::Node;
+
+    use super::*;
+    use crate::controller::node::SlimNode;
+    use crate::test_support::{allocator, assigned, cidr, node_view};
+
+    fn listed(cache: &NodeCache, name: &str, pod_cidrs: &[&str]) {
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "uid": format!("uid-{name}"), "resourceVersion": "7"},
+            "spec": {"podCIDR": pod_cidrs.first(), "podCIDRs": pod_cidrs},
+        }))
+        .expect("test Node");
+        cache.apply(&SlimNode::from_node(&node));
+    }
+
+    fn inherited(node: &str, pod_cidr: &str) -> WriteIntents {
+        let intents = WriteIntents::new();
+        let intent = WriteIntent {
+            node: node.to_owned(),
+            uid: Some(format!("uid-{node}")),
+            pod_cidrs: vec![pod_cidr.to_owned()],
+        };
+        intents.inherit(BTreeMap::from([(node.to_owned(), intent)]));
+        intents
+    }
+
+    /// Chaos seed 18: the predecessor's late write committed after the start-up occupy's list, so
+    /// the cache shows the Node's podCIDRs while the allocator has not occupied them. The block
+    /// must stay the Node's until its event is decided, never be handed to the next Node.
+    #[test]
+    fn an_intent_whose_write_the_cache_shows_after_the_startup_occupy_keeps_its_block() {
+        let cache = NodeCache::new();
+        listed(&cache, "late", &["10.0.0.0/24"]);
+        let allocator = Mutex::new(allocator("10.0.0.0/16"));
+        let intents = inherited("late", "10.0.0.0/24");
+        let outcome = seed_inherited_intents(&allocator, &cache, &intents);
+        assert_eq!(outcome.reserved, 1, "{outcome:?}");
+        assert!(intents.contains("late"), "the write is still in doubt");
+        let mut allocator = allocator.into_inner().expect("lock");
+        assert_eq!(allocator.held("late"), Some(&[cidr("10.0.0.0/24")][..]));
+        assert_eq!(
+            assigned(&mut allocator, &node_view("next", &[])),
+            vec![cidr("10.0.1.0/24")]
+        );
+        // The Node's event, decided: the write landed, the block is the Node's for good.
+        let decision = allocator.decide(&node_view("late", &["10.0.0.0/24"]));
+        assert!(
+            matches!(decision.action, crate::reconcile::Action::Keep { .. }),
+            "{decision:?}"
+        );
+        assert!(!allocator.is_pending("late"));
+    }
+
+    #[test]
+    fn an_intent_of_a_node_listed_with_podcidrs_or_gone_leaves_the_lease() {
+        let cache = NodeCache::new();
+        listed(&cache, "served", &["10.0.0.0/24"]);
+        let allocator = Mutex::new(allocator("10.0.0.0/16"));
+        {
+            let mut a = allocator.lock().expect("lock");
+            let views = [node_view("served", &["10.0.0.0/24"])];
+            let _ = a.startup_occupy(&views);
+        }
+        for node in ["served", "gone"] {
+            let intents = inherited(node, "10.0.0.0/24");
+            let outcome = seed_inherited_intents(&allocator, &cache, &intents);
+            assert_eq!(outcome.settled, 1, "{node}: {outcome:?}");
+            assert!(intents.is_empty(), "{node}");
+        }
+    }
 }

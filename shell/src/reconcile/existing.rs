@@ -135,8 +135,11 @@ impl Allocator {
     /// any time, so the blocks stay the Node's — and are sent to it again, as for any write in
     /// doubt (a pending record with `maybe_sent`) — until the outcome is definite. Call it
     /// after [`Allocator::startup_occupy`], before the first allocation, for a Node that is listed
-    /// with the intent's uid and no podCIDRs (a Node that has podCIDRs or another uid, or is gone,
-    /// can never take the write: nothing to reserve).
+    /// with the intent's uid and has no record (a Node occupied with its podCIDRs, or with another
+    /// uid, or gone, can never take the write: nothing to reserve). `node` may already show
+    /// podCIDRs that the allocator has not decided on yet (a watch event after the start-up
+    /// occupy): they are not read here, and the reservation stands until that event is decided
+    /// ([`Allocator::decide`] then occupies what the Node shows).
     ///
     /// Returns the metrics of the blocks occupied.
     ///
@@ -149,9 +152,6 @@ impl Allocator {
         node: &NodeView,
         pod_cidrs: &[Cidr],
     ) -> Result<Vec<MetricEvent>, String> {
-        if node.has_pod_cidrs() {
-            return Err(format!("Node {} already has podCIDRs", node.name));
-        }
         if let Some(record) = self.nodes.get(&node.name) {
             return Err(format!(
                 "Node {} already holds {}",
