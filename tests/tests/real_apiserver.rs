@@ -189,7 +189,7 @@ async fn nodes_by_name(nodes: &Api<Node>) -> BTreeMap<String, Value> {
 }
 
 /// One fixture of `fixtures/nodes/` with the flags `plan` is given for it (README's `plan`
-/// examples; the same table as tests/tests/e2e_fixtures.rs and shell/tests/plan.rs).
+/// examples; the same table as tests/tests/e2e/fixtures.rs and shell/tests/plan.rs).
 struct FixtureCase {
     file: &'static str,
     cluster: &'static str,

@@ -54,7 +54,7 @@ pub fn spec_of(ipam: &IpamConfig) -> ClusterSpec {
 /// A config for tests: fast retries (20 ms → 500 ms), 2 s request timeout, 1000 qps / burst 1000
 /// (so the token bucket never paces a test unless it asks to), and no deletion quarantine
 /// (`--deleted-node-cidr-quarantine=0`: these tests check what a deletion releases at once; the
-/// quarantine's own tests set it, `e2e_freed_block`'s `replace_force_*`).
+/// quarantine's own tests set it, `e2e::freed_block`'s `replace_force_*`).
 pub fn fast_config(ipam: IpamConfig) -> ControllerConfig {
     let mut config = ControllerConfig::new(ipam);
     config.deletion_quarantine = Duration::ZERO;

@@ -5,7 +5,7 @@
 //! Node served, the invariants), never wall-clock time.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -10,9 +10,9 @@
 //! resource name) no request used.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-mod deploy;
-mod secure;
+use crate::common;
+use crate::deploy;
+use crate::secure;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

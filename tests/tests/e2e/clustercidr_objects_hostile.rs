@@ -5,7 +5,7 @@
 //! finalizer stays while a Node holds a block the object handed out, whatever its spec says now.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::{
     WAIT, all_pod_cidrs, assert_all_served, assert_cluster_cidr, assert_no_cidr_handed_out_twice,

@@ -17,7 +17,7 @@
 //! Node's prefix lengths.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -9,7 +9,7 @@
 //! until the outcome is definite, and the same CIDRs are sent again.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

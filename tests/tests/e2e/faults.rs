@@ -4,7 +4,7 @@
 //! docs/DESIGN.md §3 invariant check.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

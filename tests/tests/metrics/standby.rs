@@ -2,11 +2,11 @@
 //! the Lease (its last answered Lease request is older than the lease duration), and ready again
 //! once it can; `leader_election_master_status{name=<Lease name>}` is 0 on a standby, 1 once it
 //! leads, 0 after it stopped. Before the fix a standby whose Lease reads all failed stayed ready,
-//! and a standby's `/metrics` was empty. (One test in this binary: it installs the process's
-//! metrics recorder.)
+//! and a standby's `/metrics` was empty. (In the `metrics` binary: it reads the process's metrics
+//! recorder.)
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -52,7 +52,7 @@ async fn readyz(address: std::net::SocketAddr) -> (u16, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_that_cannot_read_the_lease_is_not_ready_and_the_leader_gauge_says_who_leads() {
     init_tracing();
-    let metrics = nodeipam::metrics::install_recorder().unwrap();
+    let (metrics, _alone) = crate::recorder().await;
     let sb = Sandbox::start(Value::Null).await;
 
     // Another replica holds the Lease (renewing with its last write's resourceVersion: UPDATEs

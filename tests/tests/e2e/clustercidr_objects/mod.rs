@@ -14,8 +14,8 @@
 //! - the CRD not served: the controller stops with an error naming the `kubectl apply` command.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-#[path = "e2e_cluster_cidr_objects/finalizer_race.rs"]
+use crate::common;
+
 mod finalizer_race;
 
 use common::{

@@ -15,7 +15,7 @@
 //! successor inherits its intent with the Lease and never gives its block to another Node.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -8,7 +8,7 @@
 //!   handed to another Node.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

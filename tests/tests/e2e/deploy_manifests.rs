@@ -9,7 +9,7 @@
 //! (`deploy/mod.rs`); `.ci/run` runs them both ways.
 #![allow(clippy::unwrap_used)]
 
-mod deploy;
+use crate::deploy;
 
 use std::collections::BTreeSet;
 

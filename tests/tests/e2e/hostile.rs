@@ -5,7 +5,7 @@
 //! docs/DESIGN.md §3 invariant check and the controller still serving.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

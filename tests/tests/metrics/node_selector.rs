@@ -11,11 +11,11 @@
 //! - `plan` on the same NodeList predicts the controller's assignments and shows the unselected
 //!   Nodes as `ignore`;
 //! - `/metrics`: the unselected Nodes are not counted as skipped, and the work duration of the
-//!   queue items is observed once Nodes are served. (One test in this binary: it installs the
+//!   queue items is observed once Nodes are served. (In the `metrics` binary: it reads the
 //!   process's metrics recorder.)
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 
@@ -51,7 +51,7 @@ fn series_value(text: &str, series: &str) -> Option<f64> {
 #[tokio::test]
 async fn unselected_nodes_are_never_written_and_their_blocks_never_reused() {
     init_tracing();
-    let metrics = nodeipam::metrics::install_recorder().unwrap();
+    let (metrics, _alone) = crate::recorder().await;
     let mut nodes = labelled_items(AKS, KEY, "kubenet");
     nodes.extend(labelled_items(AWS, KEY, "overlay"));
     // Two Nodes of the other CNI that have no podCIDRs yet: never ours to write.

@@ -27,7 +27,7 @@
 //! | 22 GCE NotReady | 10.244.0.0/16 | 24 | – | – |
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -371,7 +371,7 @@ async fn fixture_22_gce_notready() {
 #[test]
 fn every_fixture_has_a_test() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/nodes");
-    let this = include_str!("e2e_fixtures.rs");
+    let this = include_str!("fixtures.rs");
     let mut missing = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();

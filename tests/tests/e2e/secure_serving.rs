@@ -7,8 +7,8 @@
 //! re-read when rotated.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-mod secure;
+use crate::common;
+use crate::secure;
 
 use std::time::Duration;
 

@@ -11,11 +11,11 @@
 //! again.
 //!
 //! The CI-sized tests use 3,000 Nodes; the `#[ignore]`d ones 50,000 (run them in release:
-//! `cargo test --release -p nodeipam-tests --test e2e_watch_scale -- --ignored`).
+//! `cargo test --release -p nodeipam-tests --test e2e watch_scale:: -- --ignored`).
 //! Correctness only is asserted, never time.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

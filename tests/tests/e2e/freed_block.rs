@@ -10,7 +10,7 @@
 //! `freed_block_latency` (ignored) measures it; BENCHMARKS.md has the figures and the command.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
@@ -241,7 +241,7 @@ async fn replace_force_after_50_ms_keeps_the_block_for_the_recreated_node() {
 /// with `FREED_BLOCK_WAITING` (default 2,000) Nodes waiting at 20 QPS / burst 30, for
 /// `FREED_BLOCK_DELETES` (default 3, at most 3) deletions in turn. Reported, not asserted
 /// (BENCHMARKS.md):
-/// `FREED_BLOCK_WAITING=2000 cargo test --release -p nodeipam-tests --test e2e_freed_block -- --ignored --nocapture`
+/// `FREED_BLOCK_WAITING=2000 cargo test --release -p nodeipam-tests --test e2e freed_block:: -- --ignored --nocapture`
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "measurement; run in release, see BENCHMARKS.md"]
 async fn freed_block_latency() {

@@ -1844,7 +1844,7 @@ fn process_usage(pid: u32) -> (u64, u64, f64) {
 /// ```text
 /// cargo build -p nodeipam-tests --release --bin sandbox-apiserver
 /// SANDBOX_SCALE_BIN=target/release/sandbox-apiserver SANDBOX_SCALE_NODES=50000 \
-///   cargo test -p nodeipam-tests --test sandbox_api -- --ignored scale_driver --nocapture
+///   cargo test -p nodeipam-tests --test e2e -- --ignored sandbox_api::scale_driver --nocapture
 /// ```
 /// `SANDBOX_SCALE_BIN` defaults to the test build's binary, `SANDBOX_SCALE_NODES` to 50000.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,7 +13,7 @@
 //! `NODEIPAM_MANIFESTS=chart` (`.ci/run`).
 #![allow(clippy::unwrap_used)]
 
-mod deploy;
+use crate::deploy;
 
 use std::collections::BTreeMap;
 

@@ -4,7 +4,7 @@
 //! invariant check.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -13,7 +13,7 @@
 //!   controller occupies the unselected Nodes' blocks before handing any out.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

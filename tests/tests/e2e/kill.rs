@@ -6,7 +6,7 @@
 //! the dead leader's late write then landed on a block the new leader had given to another Node.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

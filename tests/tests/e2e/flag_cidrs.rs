@@ -7,7 +7,7 @@
 //!   podCIDRs, are skipped with the out-of-range Warning event, and nothing is written to them.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::{
     WAIT, all_pod_cidrs, check_end_state, events_with_reason, fast_config, init_tracing, ipam,

@@ -4,7 +4,7 @@
 //! request for the whole request timeout.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
