@@ -82,10 +82,9 @@ async fn a_cluster_cidr_serves_waiting_nodes_keeps_its_finalizer_until_the_last_
     sb.clear_requests();
     let second = spawn(&sb, config.clone());
     second.wait_allocating(&sb).await;
-    // Kept: no sound marker. The ClusterCIDR half could wait for a sentinel's status, but the
-    // Node half cannot: a Node's write runs on its own task after the decision, and nothing the
-    // controller does later is ordered after that write's arrival.
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    // Every Node decided and written, every event out, the ClusterCIDR writer caught up: a write
+    // the restart decided has arrived by now.
+    second.wait_quiet(&sb).await;
     let patches: Vec<String> = sb
         .requests()
         .iter()
