@@ -71,20 +71,15 @@ mod replicas;
 mod sandbox_fidelity;
 mod secure_serving;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{election, fast_config, init_tracing, ipam, masks, spawn_with_client};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, ServiceAccount};
-use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, ResourceExt};
-use nodeipam::plan::plan;
 use nodeipam::reasons;
-use nodeipam_core::NodeMaskFlags;
-use nodeipam_tests::invariants::{name_of, pod_cidrs_of};
 use nodeipam_tests::real_apiserver::RealCluster;
 use nodeipam_tests::sandbox::fixture;
 use nodeipam_tests::sandbox::replicate::without_server_set_metadata;

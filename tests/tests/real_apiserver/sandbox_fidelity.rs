@@ -1,24 +1,12 @@
 //! Sandbox fidelity (issue 16): LIST, WATCH, Leases, events, conflicts, etcd compaction and chaos
 //! seed 3's schedule, replayed on both servers and compared (tests/FIDELITY.md).
 
-use super::{SKIP_REASONS, WAIT, all_nodes, apply_rbac, audited, client_as, common, controller_client, create_and_wait_served, create_fixture_nodes, creatable, deploy, fidelity, lease_holder, nodes_by_name, pod_cidrs_and_versions, pod_cidrs_by_node, request_token, secure, service_account_token, start, start_audited, wait_for};
-use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use super::{common, fidelity, start, wait_for};
+use std::collections::BTreeMap;
 
-use common::{election, fast_config, init_tracing, ipam, masks, spawn_with_client};
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, ServiceAccount};
-use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
-use nodeipam::plan::plan;
-use nodeipam::reasons;
-use nodeipam_core::NodeMaskFlags;
-use nodeipam_tests::invariants::{name_of, pod_cidrs_of};
+use common::{fast_config, init_tracing, ipam, masks};
 use nodeipam_tests::real_apiserver::RealCluster;
 use nodeipam_tests::sandbox::fixture;
-use nodeipam_tests::sandbox::replicate::without_server_set_metadata;
 use serde_json::{Value, json};
 
 const JSON: &str = "application/json";

@@ -1,22 +1,13 @@
 //! Events through kube's `Recorder`.
 
-use super::{WAIT, api_status, raw_http, start};
-use std::time::Duration;
+use super::{api_status, start};
 
-use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
-use kube::api::{
-    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
-};
+use kube::Resource as _;
+use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::watcher;
-use kube::{Resource as _, ResourceExt};
-use nodeipam_tests::sandbox::{
-    FaultAction, FaultRule, LateAnswer, LateWriteOutcome, PatchType, Resource, Sandbox,
-    SandboxHandle, SandboxOptions, Verb, fixture,
-};
-use serde_json::{Value, json};
+use nodeipam_tests::sandbox::{Resource, Verb};
+use serde_json::json;
 
 #[tokio::test]
 async fn recorder_creates_then_patches_events() {

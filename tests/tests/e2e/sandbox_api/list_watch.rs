@@ -6,16 +6,11 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::events::v1::Event as K8sEvent;
-use kube::api::{
-    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
-};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, WatchEvent, WatchParams};
 use kube::runtime::watcher;
-use kube::{Resource as _, ResourceExt};
 use nodeipam_tests::sandbox::{
-    FaultAction, FaultRule, LateAnswer, LateWriteOutcome, PatchType, Resource, Sandbox,
-    SandboxHandle, SandboxOptions, Verb, fixture,
+    FaultAction, FaultRule, PatchType, Resource, Sandbox, SandboxOptions, Verb, fixture,
 };
 use serde_json::{Value, json};
 

@@ -8,20 +8,10 @@ mod process;
 
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::events::v1::Event as K8sEvent;
-use kube::api::{
-    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
-};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::watcher;
-use kube::{Resource as _, ResourceExt};
-use nodeipam_tests::sandbox::{
-    FaultAction, FaultRule, LateAnswer, LateWriteOutcome, PatchType, Resource, Sandbox,
-    SandboxHandle, SandboxOptions, Verb, fixture,
-};
-use serde_json::{Value, json};
+use kube::api::Api;
+use nodeipam_tests::sandbox::{Sandbox, SandboxHandle, fixture};
+use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(10);
 

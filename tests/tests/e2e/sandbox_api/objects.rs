@@ -2,21 +2,14 @@
 //! uid preconditions, no-op writes, content negotiation.
 
 use super::{WAIT, api_status, raw_http, start};
-use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::events::v1::Event as K8sEvent;
+use kube::ResourceExt;
 use kube::api::{
     Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::watcher;
-use kube::{Resource as _, ResourceExt};
-use nodeipam_tests::sandbox::{
-    FaultAction, FaultRule, LateAnswer, LateWriteOutcome, PatchType, Resource, Sandbox,
-    SandboxHandle, SandboxOptions, Verb, fixture,
-};
+use nodeipam_tests::sandbox::{PatchType, Sandbox, fixture};
 use serde_json::{Value, json};
 
 #[tokio::test]

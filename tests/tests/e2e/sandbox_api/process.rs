@@ -1,21 +1,11 @@
 //! The `sandbox-apiserver` process: replication and admin faults, and the scale driver.
 
-use super::{WAIT, api_status, raw_http, start};
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::events::v1::Event as K8sEvent;
-use kube::api::{
-    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
-};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::watcher;
-use kube::{Resource as _, ResourceExt};
-use nodeipam_tests::sandbox::{
-    FaultAction, FaultRule, LateAnswer, LateWriteOutcome, PatchType, Resource, Sandbox,
-    SandboxHandle, SandboxOptions, Verb, fixture,
-};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams, WatchEvent, WatchParams};
 use serde_json::{Value, json};
 
 /// The `sandbox-apiserver` process: 1,000 copies of a real AWS Node from `--replicate`, the
@@ -206,7 +196,7 @@ fn process_usage(pid: u32) -> (u64, u64, f64) {
 /// ```text
 /// cargo build -p nodeipam-tests --release --bin sandbox-apiserver
 /// SANDBOX_SCALE_BIN=target/release/sandbox-apiserver SANDBOX_SCALE_NODES=50000 \
-///   cargo test -p nodeipam-tests --test e2e -- --ignored sandbox_api::scale_driver --nocapture
+///   cargo test -p nodeipam-tests --test e2e -- --ignored sandbox_api::process::scale_driver --nocapture
 /// ```
 /// `SANDBOX_SCALE_BIN` defaults to the test build's binary, `SANDBOX_SCALE_NODES` to 50000.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
