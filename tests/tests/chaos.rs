@@ -217,7 +217,7 @@ fn fixed_seeds() {
 /// Seeds of the ClusterCIDR variant `cluster_cidr_seeds` runs: 1..=8, then seed 41789 (issue 32
 /// item 1: a pool's finalizer removed while Nodes held blocks of its range, two pools with
 /// identical ranges; 1 failure in 3,000 seeds before the closing fence, not reproduced in 4
-/// re-runs — its deterministic form is `e2e_cluster_cidr_objects::finalizer_race`).
+/// re-runs — its deterministic form is `e2e::clustercidr_objects::finalizer_race`).
 const CLUSTER_CIDR_SEEDS: [std::ops::RangeInclusive<u64>; 2] = [1..=8, 41789..=41789];
 
 /// The ClusterCIDR variant (issue 18 §3: pools created and deleted during the run, a fallback

@@ -48,6 +48,7 @@ pub use decide::{
 };
 pub(super) use writer::write;
 
+use super::quiescence::Rounds;
 use super::worker::Shared;
 use crate::Error;
 use crate::cluster_cidr::{ClusterCidrObject, ClusterCidrPool};
@@ -86,6 +87,8 @@ pub(super) struct ClusterCidrs {
     view: Mutex<BTreeMap<String, Entry>>,
     /// The view changed: the writer looks at every object.
     changed: Notify,
+    /// The writer's rounds, asked for and done ([`super::Quiescence`]).
+    pub(super) rounds: Arc<Rounds>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -293,6 +296,7 @@ pub(super) async fn watch(api: Api<DynamicObject>, view: Arc<ClusterCidrs>, shar
             sync_and_wake(&view, &shared);
             // A backing set added (or dropped) shows in the pool gauges and health at once.
             shared.report_pool();
+            view.rounds.want();
             view.changed.notify_one();
         }
     }

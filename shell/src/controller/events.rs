@@ -27,6 +27,7 @@ use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use tokio::sync::mpsc;
 
 use super::WriteLimiter;
+use super::quiescence::{Outstanding, OutstandingItem};
 
 use crate::metric_names;
 use crate::reconcile::{EventKind, EventSpec, NodeName};
@@ -60,6 +61,8 @@ pub struct PendingEvent {
     pub uid: Option<Arc<str>>,
     /// The event.
     pub event: EventSpec,
+    /// Counted as outstanding ([`super::Quiescence`]) until written or dropped.
+    _outstanding: OutstandingItem,
 }
 
 /// The reconciling side of the sink: [`EventSink::publish`] never waits.
@@ -67,6 +70,8 @@ pub struct EventSink<C: Clock = DefaultClock> {
     queue: mpsc::Sender<PendingEvent>,
     spam: RateLimiter<SpamKey, HashMapStateStore<SpamKey>, C, NoOpMiddleware<C::Instant>>,
     checks: std::sync::atomic::AtomicU64,
+    /// Events queued or being written ([`super::Quiescence`]).
+    outstanding: Outstanding,
 }
 
 impl EventSink {
@@ -78,6 +83,11 @@ impl EventSink {
 }
 
 impl<C: Clock> EventSink<C> {
+    /// The count of events queued or being written (each counts until written or dropped).
+    pub(super) fn outstanding(&self) -> Outstanding {
+        self.outstanding.clone()
+    }
+
     /// As [`EventSink::new`], the spam filter reading time from `clock` (tests).
     pub fn with_clock(capacity: usize, clock: C) -> (EventSink<C>, mpsc::Receiver<PendingEvent>) {
         let (queue, receiver) = mpsc::channel(capacity.max(1));
@@ -89,6 +99,7 @@ impl<C: Clock> EventSink<C> {
             queue,
             spam: RateLimiter::hashmap_with_clock(quota, clock),
             checks: std::sync::atomic::AtomicU64::new(0),
+            outstanding: Outstanding::default(),
         };
         (sink, receiver)
     }
@@ -114,6 +125,7 @@ impl<C: Clock> EventSink<C> {
             node: node.clone(),
             uid,
             event: event.clone(),
+            _outstanding: self.outstanding.item(),
         };
         match self.queue.try_send(pending) {
             Ok(()) => true,

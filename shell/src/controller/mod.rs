@@ -36,6 +36,7 @@ pub mod oplog;
 pub mod patch;
 mod pipeline;
 mod queue;
+mod quiescence;
 mod waiters;
 pub mod window;
 pub mod worker;
@@ -59,6 +60,8 @@ pub use in_doubt::InDoubtWrites;
 pub use informer::InitialList;
 pub use limiter::WriteLimiter;
 pub use queue::WorkQueue;
+#[doc(hidden)]
+pub use quiescence::Quiescence;
 
 use crate::Error;
 use crate::flags::ControllerFlags;
@@ -88,6 +91,10 @@ pub struct ControllerConfig {
     pub leader_election: Option<LeaseConfig>,
     /// Readiness and pool usage, shared with the probe server (and tests).
     pub health: Health,
+    /// Test-only: whether the running term has nothing in hand ([`Quiescence`]; not part of the
+    /// controller's contract).
+    #[doc(hidden)]
+    pub quiescence: Quiescence,
     /// Events' `reportingInstance` (e.g. the pod name).
     pub instance: Option<String>,
     /// How long one request may take, client and server side (default 10 s).
@@ -150,6 +157,7 @@ impl ControllerConfig {
             kube_api_burst: 30,
             leader_election: None,
             health: Health::new(),
+            quiescence: Quiescence::default(),
             instance: None,
             request_timeout: Duration::from_secs(10),
             retry_min_delay: Duration::from_millis(250),

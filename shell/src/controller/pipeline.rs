@@ -96,6 +96,11 @@ pub(super) async fn run(
         (write_gate, in_doubt),
         stop.clone(),
     );
+    config.quiescence.started(
+        feed.queue.clone(),
+        workers.shared.events.outstanding(),
+        cluster_cidrs.as_ref().map(|view| view.rounds.clone()),
+    );
     // Dropped (aborted) before the wind-down: nothing more is written to ClusterCIDRs then.
     let cluster_cidr_tasks =
         cluster_cidrs.map(|view| ClusterCidrTasks::start(&config, &workers.shared, view));
@@ -106,6 +111,7 @@ pub(super) async fn run(
     };
     let Supervised { outcome, done } =
         supervise(&mut feed.informer, &mut workers.dispatcher, &mut signals).await;
+    config.quiescence.ended();
     drop(cluster_cidr_tasks);
     let outcome = judge(
         outcome,

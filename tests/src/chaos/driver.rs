@@ -549,7 +549,7 @@ impl Driver<'_> {
         config.request_timeout = self.plan.request_timeout;
         config.workers = self.plan.workers;
         // The end-state checks expect a deleted Node's blocks released once the controller
-        // settles; the deletion quarantine is tested on its own (`e2e_freed_block`).
+        // settles; the deletion quarantine is tested on its own (`e2e::freed_block`).
         config.deletion_quarantine = Duration::ZERO;
         config.instance = Some(identity.clone());
         // `--cidr-allocator-type=MultiCIDRRangeAllocator` for the ClusterCIDR variant.

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::http::{HeaderValue, header::USER_AGENT};
-use nodeipam::controller::{ControllerConfig, Health, RunSummary, run};
+use nodeipam::controller::{ControllerConfig, Health, Quiescence, RunSummary, run};
 use nodeipam::leader::LeaseConfig;
 use nodeipam::plan::PlanReport;
 use nodeipam_core::{IpamConfig, NodeMaskFlags};
@@ -54,7 +54,7 @@ pub fn spec_of(ipam: &IpamConfig) -> ClusterSpec {
 /// A config for tests: fast retries (20 ms → 500 ms), 2 s request timeout, 1000 qps / burst 1000
 /// (so the token bucket never paces a test unless it asks to), and no deletion quarantine
 /// (`--deleted-node-cidr-quarantine=0`: these tests check what a deletion releases at once; the
-/// quarantine's own tests set it, `e2e_freed_block`'s `replace_force_*`).
+/// quarantine's own tests set it, `e2e::freed_block`'s `replace_force_*`).
 pub fn fast_config(ipam: IpamConfig) -> ControllerConfig {
     let mut config = ControllerConfig::new(ipam);
     config.deletion_quarantine = Duration::ZERO;
@@ -70,6 +70,8 @@ pub fn fast_config(ipam: IpamConfig) -> ControllerConfig {
 pub struct Running {
     /// Its readiness / pool view.
     pub health: Health,
+    /// Whether it has nothing in hand ([`Running::wait_quiet`]).
+    quiescence: Quiescence,
     stop: oneshot::Sender<()>,
     task: JoinHandle<Result<RunSummary, nodeipam::Error>>,
 }
@@ -119,11 +121,17 @@ pub fn election(identity: &str) -> LeaseConfig {
 /// tests: the controller's own kubeconfig loading).
 pub fn spawn_with_client(client: kube::Client, config: ControllerConfig) -> Running {
     let health = config.health.clone();
+    let quiescence = config.quiescence.clone();
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(run(config, client, async move {
         let _ = stopped.await;
     }));
-    Running { health, stop, task }
+    Running {
+        health,
+        quiescence,
+        stop,
+        task,
+    }
 }
 
 impl Running {
@@ -134,6 +142,19 @@ impl Running {
             sb.wait_until(WAIT, |_| health.is_ready() && health.is_leading())
                 .await,
             "controller did not become ready within {WAIT:?}"
+        );
+    }
+
+    /// Waits (bounded) until the running term has nothing in hand
+    /// (`nodeipam::controller::Quiescence`): no Node queued or being decided or written, no event
+    /// outstanding, the ClusterCIDR writer caught up. Every write decided on what the controller
+    /// has seen was sent and answered by then, so a negative check ("nothing was written") after
+    /// it can fail; retries delayed to later are not waited for.
+    pub async fn wait_quiet(&self, sb: &SandboxHandle) {
+        let quiescence = self.quiescence.clone();
+        assert!(
+            sb.wait_until(WAIT, |_| quiescence.is_quiet()).await,
+            "controller not quiet within {WAIT:?}"
         );
     }
 

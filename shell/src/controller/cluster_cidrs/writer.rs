@@ -46,6 +46,7 @@ pub(in crate::controller) async fn write(
 ) {
     let mut memory = WriterMemory::default();
     loop {
+        let round = view.rounds.start();
         // A pool refused for `MAX_BACKING_SETS` waits for a set to be freed, which the last Node
         // leaving a gone pool's set does without any ClusterCIDR event: offered again each round.
         if lock(&shared.allocator).cluster_cidrs_refused() {
@@ -70,6 +71,7 @@ pub(in crate::controller) async fn write(
                 }
             }
         }
+        view.rounds.finish(round);
         tokio::select! {
             () = view.changed.notified() => {}
             () = tokio::time::sleep(RECHECK_INTERVAL) => {}
