@@ -37,6 +37,7 @@
 #   down                   stop everything and undo every host change; with
 #                          NODEIPAM_CLUSTER_KEEP_LOGS=DIR the logs are copied to DIR first
 #   status                 the processes and `kubectl get nodes,pods -A`
+#   deps                   only install the packages and build (or reuse) build.sh's binaries
 #   env                    the `export KUBECONFIG=…` line
 #
 # Environment:
@@ -180,7 +181,7 @@ controller_rootfs() {
     cp /etc/ssl/certs/ca-certificates.crt "$r/etc/ssl/certs/"
     printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' \
         >"$r/etc/passwd"
-    for lib in $(ldd "$CONTROLLER_BIN" | grep -o '/[^ ]*'); do
+    for lib in $(ldd "$CONTROLLER_BIN" 2>/dev/null | grep -o '/[^ ]*' || true); do
         mkdir -p "$r$(dirname "$lib")"
         cp -L "$lib" "$r$lib"
     done
@@ -367,6 +368,7 @@ start_control_plane() {
         --kubelet-client-certificate="$STATE/pki/apiserver-kubelet-client.crt" \
         --kubelet-client-key="$STATE/pki/apiserver-kubelet-client.key" \
         --kubelet-certificate-authority="$STATE/pki/ca.crt" \
+        --kubelet-preferred-address-types=InternalIP \
         --service-account-key-file="$STATE/pki/sa.pub" \
         --service-account-signing-key-file="$STATE/pki/sa.key" \
         --service-account-issuer=https://kubernetes.default.svc.cluster.local \
@@ -513,6 +515,15 @@ install_controller() {
     wait_for "Node $NODE_NAME Ready" 120 KUBECTL wait --for=condition=Ready "node/$NODE_NAME" --timeout=1s
 }
 
+up_exit() {
+    local status=$?
+    [[ "$UP_DONE" == true ]] && return 0
+    trap - EXIT INT TERM HUP
+    log "up failed; tearing down"
+    NODEIPAM_CLUSTER_KEEP_LOGS="${NODEIPAM_CLUSTER_KEEP_LOGS:-$STATE.failed-logs}" down_locked || true
+    exit "$((status == 0 ? 1 : status))"
+}
+
 up() {
     local controller=true
     [[ "${1:-}" == --no-controller ]] && controller=false
@@ -531,8 +542,11 @@ up() {
     mkdir -p "$STATE"/{host,logs,pids}
     record_host
     date -u +%FT%TZ >"$STATE/up"
-    # From here on, a failure tears everything down again.
-    trap 'log "up failed; tearing down"; NODEIPAM_CLUSTER_KEEP_LOGS="${NODEIPAM_CLUSTER_KEEP_LOGS:-$STATE.failed-logs}" down_locked || true' ERR
+    # From here on, a failure (or a signal) tears everything down again. An EXIT trap, not ERR:
+    # with `set -E` an ERR trap also runs inside command substitutions.
+    UP_DONE=false
+    trap 'up_exit' EXIT
+    trap 'exit 130' INT TERM HUP
     build_images
     setup_network
     make_pki
@@ -544,7 +558,7 @@ up() {
         install_controller
         log "the Node's podCIDR: $(KUBECTL get node "$NODE_NAME" -o jsonpath='{.spec.podCIDR}')"
     fi
-    trap - ERR
+    UP_DONE=true
     log "up in $((SECONDS - start))s"
     echo "export KUBECONFIG=$STATE/admin.kubeconfig"
 }
@@ -591,6 +605,9 @@ down_locked() {
     if [[ -n "${NODEIPAM_CLUSTER_KEEP_LOGS:-}" && -d "$STATE/logs" ]]; then
         mkdir -p "$NODEIPAM_CLUSTER_KEEP_LOGS"
         cp -a "$STATE/logs/." "$NODEIPAM_CLUSTER_KEEP_LOGS/" || true
+        # The containers' logs (the controller's among them), as the kubelet wrote them.
+        [[ -d /var/log/pods ]] && ! grep -qx /var/log/pods "$STATE/host/paths" 2>/dev/null &&
+            cp -a /var/log/pods "$NODEIPAM_CLUSTER_KEEP_LOGS/pods" 2>/dev/null || true
         log "logs copied to $NODEIPAM_CLUSTER_KEEP_LOGS"
     fi
     # No new Pods, then let the kubelet stop its Pods the ordinary way (CNI DEL frees the address,
@@ -727,6 +744,12 @@ case "${1:-}" in
 up)
     shift
     up "$@"
+    ;;
+deps)
+    [[ "$(id -u)" == 0 ]] || die "needs root (apt-get)"
+    install_packages
+    upstream_bin
+    log "packages and $BIN ready"
     ;;
 down) down ;;
 status) status ;;

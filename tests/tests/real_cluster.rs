@@ -20,7 +20,8 @@
 //! the Node's podCIDR. Issue 33's list: (1) `helm_chart_bootstraps_its_own_node_and_is_scraped`
 //! and `kustomize_deploy_bootstraps_its_own_node`; (5) the scrape in the first test.
 //!
-//! On a failure the cluster's logs are copied to `target/real-cluster-logs/<test>/`.
+//! On a failure the cluster's logs are copied to `real-cluster-logs/<test>/` in the Cargo target
+//! folder (`$CARGO_TARGET_DIR`, default `target/`).
 #![allow(clippy::unwrap_used)]
 
 use std::future::Future;
@@ -71,7 +72,10 @@ impl Cluster {
     fn up(test: &str) -> Cluster {
         let state = std::env::var_os("NODEIPAM_CLUSTER_DIR")
             .map_or_else(|| PathBuf::from("/var/tmp/nodeipam-cluster"), PathBuf::from);
-        let logs = repo_root().join("target/real-cluster-logs").join(test);
+        let logs = std::env::var_os("CARGO_TARGET_DIR")
+            .map_or_else(|| repo_root().join("target"), PathBuf::from)
+            .join("real-cluster-logs")
+            .join(test);
         let _ = std::fs::remove_dir_all(&logs);
         let started = Instant::now();
         let status = Command::new(repo_root().join("tests/cluster/cluster.sh"))
@@ -318,10 +322,14 @@ async fn assert_controller_bootstraps_its_node(client: &Client, cluster: &Cluste
         pod_spec.service_account_name.as_deref(),
         Some("nodeipam-controller")
     );
+    // The holder identity is `$POD_NAME_<pid>` (shell/src/controller/mod.rs).
     let holder = wait_for("the Lease held by the Ready Pod", || async {
         let lease = leases.get("nodeipam-controller").await.ok()?;
         let holder = lease.spec?.holder_identity?;
-        (holder == pod_name).then_some(holder)
+        holder
+            .strip_prefix(&format!("{pod_name}_"))
+            .is_some_and(|pid| pid.parse::<u32>().is_ok())
+            .then_some(holder)
     })
     .await;
     eprintln!("Lease kube-system/nodeipam-controller held by {holder}");
