@@ -19,7 +19,9 @@
 //! renders the CNI config from the podCIDR), and a Pod on the Pod network gets an address inside
 //! the Node's podCIDR. Issue 33's list: (1) `helm_chart_bootstraps_its_own_node_and_is_scraped`
 //! and `kustomize_deploy_bootstraps_its_own_node`; (5) the scrape in the first test; (2) the
-//! switch-over from kube-controller-manager and back, `switch_over::…` (its own module).
+//! switch-over from kube-controller-manager and back, `switch_over::…` (its own module); (3) 100
+//! hollow Nodes and 10 minutes of heartbeats, `scale::…`, ignored (long; run it with
+//! `-- --ignored scale`).
 //!
 //! On a failure the cluster's logs are copied to `real-cluster-logs/<test>/` in the Cargo target
 //! folder (`$CARGO_TARGET_DIR`, default `target/`).
@@ -27,6 +29,8 @@
 
 #[path = "real_cluster/harness.rs"]
 mod harness;
+#[path = "real_cluster/scale.rs"]
+mod scale;
 #[path = "real_cluster/switch_over.rs"]
 mod switch_over;
 
