@@ -37,6 +37,11 @@
 #   down                   stop everything and undo every host change; with
 #                          NODEIPAM_CLUSTER_KEEP_LOGS=DIR the logs are copied to DIR first
 #   status                 the processes and `kubectl get nodes,pods -A`
+#   deps                   only install the packages and build (or reuse) build.sh's binaries
+#   kcm FLAG...            restart kube-controller-manager with FLAGs after its usual ones
+#                          (e.g. --allocate-node-cidrs=true --cluster-cidr=10.244.0.0/16)
+#   hollow add NAME...     start a kubemark hollow Node per NAME (real kubelet code, fake
+#                          runtime; about 19 MB each); `hollow delete NAME...` stops them
 #   env                    the `export KUBECONFIG=…` line
 #
 # Environment:
@@ -180,7 +185,7 @@ controller_rootfs() {
     cp /etc/ssl/certs/ca-certificates.crt "$r/etc/ssl/certs/"
     printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' \
         >"$r/etc/passwd"
-    for lib in $(ldd "$CONTROLLER_BIN" | grep -o '/[^ ]*'); do
+    for lib in $(ldd "$CONTROLLER_BIN" 2>/dev/null | grep -o '/[^ ]*' || true); do
         mkdir -p "$r$(dirname "$lib")"
         cp -L "$lib" "$r$lib"
     done
@@ -229,6 +234,8 @@ record_host() {
         [[ -e "$p" ]] && echo "$p" >>"$STATE/host/paths"
     done
     ls /run/netns 2>/dev/null >"$STATE/host/netns" || true
+    # kubemark's hollow kubelets make their root folders in /tmp whatever TMPDIR says.
+    ls -d /tmp/hollow-kubelet.* 2>/dev/null >"$STATE/host/hollow-tmp" || true
     for t in filter nat mangle raw; do
         iptables -t "$t" -S 2>/dev/null | awk '$1 == "-N" { print $2 }' >"$STATE/host/iptables-$t" || true
         ip6tables -t "$t" -S 2>/dev/null | awk '$1 == "-N" { print $2 }' >"$STATE/host/ip6tables-$t" || true
@@ -352,6 +359,19 @@ apiserver_ready() {
         --key "$STATE/pki/admin.key" "https://$NODE_IP:$APISERVER_PORT/readyz")" == ok ]]
 }
 
+# start_kcm [FLAG...]: kube-controller-manager with every controller, ServiceAccount credentials
+# per controller and its range allocator off; FLAGs come last (the last value of a flag wins).
+start_kcm() {
+    start kube-controller-manager "$BIN/kube-controller-manager" \
+        --kubeconfig="$STATE/controller-manager.kubeconfig" \
+        --authentication-kubeconfig="$STATE/controller-manager.kubeconfig" \
+        --authorization-kubeconfig="$STATE/controller-manager.kubeconfig" \
+        --use-service-account-credentials=true --controllers='*' --allocate-node-cidrs=false \
+        --service-account-private-key-file="$STATE/pki/sa.key" --root-ca-file="$STATE/pki/ca.crt" \
+        --cluster-signing-cert-file="$STATE/pki/ca.crt" --cluster-signing-key-file="$STATE/pki/ca.key" \
+        --service-cluster-ip-range="$SERVICE_CIDR" --leader-elect=false --secure-port=0 "$@"
+}
+
 start_control_plane() {
     local kcm_extra=()
     read -r -a kcm_extra <<<"${NODEIPAM_CLUSTER_KCM_ARGS:-}"
@@ -367,21 +387,15 @@ start_control_plane() {
         --kubelet-client-certificate="$STATE/pki/apiserver-kubelet-client.crt" \
         --kubelet-client-key="$STATE/pki/apiserver-kubelet-client.key" \
         --kubelet-certificate-authority="$STATE/pki/ca.crt" \
+        --kubelet-preferred-address-types=InternalIP \
         --service-account-key-file="$STATE/pki/sa.pub" \
         --service-account-signing-key-file="$STATE/pki/sa.key" \
         --service-account-issuer=https://kubernetes.default.svc.cluster.local \
         --service-cluster-ip-range="$SERVICE_CIDR" --cert-dir="$STATE/pki/apiserver-cert-dir"
     wait_for kube-apiserver 120 apiserver_ready
-    # Its own range allocator off: the Node gets no podCIDR until our controller runs.
-    start kube-controller-manager "$BIN/kube-controller-manager" \
-        --kubeconfig="$STATE/controller-manager.kubeconfig" \
-        --authentication-kubeconfig="$STATE/controller-manager.kubeconfig" \
-        --authorization-kubeconfig="$STATE/controller-manager.kubeconfig" \
-        --use-service-account-credentials=true --controllers='*' --allocate-node-cidrs=false \
-        --service-account-private-key-file="$STATE/pki/sa.key" --root-ca-file="$STATE/pki/ca.crt" \
-        --cluster-signing-cert-file="$STATE/pki/ca.crt" --cluster-signing-key-file="$STATE/pki/ca.key" \
-        --service-cluster-ip-range="$SERVICE_CIDR" --leader-elect=false --secure-port=0 \
-        "${kcm_extra[@]}"
+    # Its own range allocator off (unless NODEIPAM_CLUSTER_KCM_ARGS turns it on): the Node gets no
+    # podCIDR until our controller runs.
+    start_kcm "${kcm_extra[@]}"
     start kube-scheduler "$BIN/kube-scheduler" --kubeconfig="$STATE/scheduler.kubeconfig" \
         --authentication-kubeconfig="$STATE/scheduler.kubeconfig" \
         --authorization-kubeconfig="$STATE/scheduler.kubeconfig" \
@@ -513,6 +527,15 @@ install_controller() {
     wait_for "Node $NODE_NAME Ready" 120 KUBECTL wait --for=condition=Ready "node/$NODE_NAME" --timeout=1s
 }
 
+up_exit() {
+    local status=$?
+    [[ "$UP_DONE" == true ]] && return 0
+    trap - EXIT INT TERM HUP
+    log "up failed; tearing down"
+    NODEIPAM_CLUSTER_KEEP_LOGS="${NODEIPAM_CLUSTER_KEEP_LOGS:-$STATE.failed-logs}" down_locked || true
+    exit "$((status == 0 ? 1 : status))"
+}
+
 up() {
     local controller=true
     [[ "${1:-}" == --no-controller ]] && controller=false
@@ -530,9 +553,14 @@ up() {
     rm -rf "$STATE"
     mkdir -p "$STATE"/{host,logs,pids}
     record_host
+    echo "$BIN" >"$STATE/bin"
+    echo "$CONTROLLER_BIN" >"$STATE/controller-bin"
     date -u +%FT%TZ >"$STATE/up"
-    # From here on, a failure tears everything down again.
-    trap 'log "up failed; tearing down"; NODEIPAM_CLUSTER_KEEP_LOGS="${NODEIPAM_CLUSTER_KEEP_LOGS:-$STATE.failed-logs}" down_locked || true' ERR
+    # From here on, a failure (or a signal) tears everything down again. An EXIT trap, not ERR:
+    # with `set -E` an ERR trap also runs inside command substitutions.
+    UP_DONE=false
+    trap 'up_exit' EXIT
+    trap 'exit 130' INT TERM HUP
     build_images
     setup_network
     make_pki
@@ -544,9 +572,67 @@ up() {
         install_controller
         log "the Node's podCIDR: $(KUBECTL get node "$NODE_NAME" -o jsonpath='{.spec.podCIDR}')"
     fi
-    trap - ERR
+    UP_DONE=true
     log "up in $((SECONDS - start))s"
     echo "export KUBECONFIG=$STATE/admin.kubeconfig"
+}
+
+# ----- commands on a running cluster -------------------------------------------------------------
+running_cluster() {
+    [[ "$(id -u)" == 0 ]] || die "needs root"
+    [[ -e "$STATE/up" && -f "$STATE/bin" ]] || die "no cluster is up in $STATE"
+    BIN="$(cat "$STATE/bin")"
+}
+
+# The log after the last restart marker has kube-controller-manager's "Starting controller".
+kcm_started_since_restart() {
+    local log="$STATE/logs/kube-controller-manager.log" n
+    n="$(grep -n '^--- restarted with' "$log" | tail -n 1 | cut -d: -f1)"
+    (($(tail -n +"${n:-1}" "$log" | grep -c 'Starting controller') > 0))
+}
+
+# restart_kcm FLAG...: kube-controller-manager again, with FLAGs after the usual ones (what an
+# operator's edit of its static Pod does); waits until it has started its controllers.
+restart_kcm() {
+    running_cluster
+    stop_pid kube-controller-manager
+    rm -f "$STATE/pids/kube-controller-manager"
+    echo "--- restarted with: $*" >>"$STATE/logs/kube-controller-manager.log"
+    start_kcm "$@"
+    wait_for "kube-controller-manager's controllers" 60 kcm_started_since_restart
+}
+
+# hollow_add NAME...: one kubemark hollow kubelet per NAME (upstream's kubelet code: registration,
+# status updates, Lease heartbeats; a fake container runtime), with its own client certificate
+# (system:node:NAME, so the Node authorizer and NodeRestriction apply as to a real kubelet) and
+# its own port; its temporary folders stay in the state folder.
+hollow_add() {
+    running_cluster
+    local name port
+    mkdir -p "$STATE/hollow"
+    [[ -f "$STATE/hollow/next-port" ]] || echo 20000 >"$STATE/hollow/next-port"
+    for name in "$@"; do
+        [[ -f "$STATE/pids/hollow-$name" ]] && die "hollow Node $name is already running"
+        cert "node-$name" "/O=system:nodes/CN=system:node:$name"
+        kubeconfig "node-$name" "system:node:$name"
+        port="$(cat "$STATE/hollow/next-port")"
+        echo $((port + 1)) >"$STATE/hollow/next-port"
+        start "hollow-$name" env TMPDIR="$STATE/hollow" "$BIN/kubemark" --morph=kubelet \
+            --name="$name" --kubeconfig="$STATE/node-$name.kubeconfig" \
+            --use-host-image-service=false --kubelet-port="$port" --kubelet-read-only-port=0 \
+            --node-labels=nodeipam.io/hollow=true
+    done
+}
+
+# hollow_delete NAME...: stop those hollow kubelets (their Node objects stay: delete them with
+# kubectl as an operator would).
+hollow_delete() {
+    running_cluster
+    local name
+    for name in "$@"; do
+        stop_pid "hollow-$name"
+        rm -f "$STATE/pids/hollow-$name"
+    done
 }
 
 # ----- tear-down -----------------------------------------------------------------------------------
@@ -591,12 +677,18 @@ down_locked() {
     if [[ -n "${NODEIPAM_CLUSTER_KEEP_LOGS:-}" && -d "$STATE/logs" ]]; then
         mkdir -p "$NODEIPAM_CLUSTER_KEEP_LOGS"
         cp -a "$STATE/logs/." "$NODEIPAM_CLUSTER_KEEP_LOGS/" || true
+        # The containers' logs (the controller's among them), as the kubelet wrote them.
+        [[ -d /var/log/pods ]] && ! grep -qx /var/log/pods "$STATE/host/paths" 2>/dev/null &&
+            cp -a /var/log/pods "$NODEIPAM_CLUSTER_KEEP_LOGS/pods" 2>/dev/null || true
         log "logs copied to $NODEIPAM_CLUSTER_KEEP_LOGS"
     fi
     # No new Pods, then let the kubelet stop its Pods the ordinary way (CNI DEL frees the address,
     # the sandbox's network namespace goes).
     stop_pid kube-controller-manager
     stop_pid kube-scheduler
+    for p in "$STATE"/pids/hollow-*; do
+        [[ -f "$p" ]] && stop_pid "$(basename "$p")"
+    done
     if [[ -f "$STATE/pids/kubelet" ]] && kill -0 "$(cat "$STATE/pids/kubelet")" 2>/dev/null &&
         apiserver_ready 2>/dev/null; then
         KUBECTL delete pods --all-namespaces --all --grace-period=0 --force --wait=false \
@@ -667,6 +759,10 @@ down_locked() {
         grep -qx -- "$p" "$STATE/host/paths" 2>/dev/null || rm -rf "$p"
     done
     [[ -d /var/lib/cni/networks/nodeipam ]] && rm -rf /var/lib/cni/networks/nodeipam
+    for p in /tmp/hollow-kubelet.*; do
+        [[ -e "$p" ]] || continue
+        grep -qx -- "$p" "$STATE/host/hollow-tmp" 2>/dev/null || rm -rf "$p"
+    done
     local host="$STATE/host.saved"
     rm -rf "$host"
     cp -a "$STATE/host" "$host" 2>/dev/null || true
@@ -688,6 +784,9 @@ down_locked() {
     done
     for p in "${OUTSIDE_PATHS[@]}"; do
         [[ -e "$p" ]] && ! grep -qx -- "$p" "$host/paths" 2>/dev/null && left+=("$p")
+    done
+    for p in /tmp/hollow-kubelet.*; do
+        [[ -e "$p" ]] && ! grep -qx -- "$p" "$host/hollow-tmp" 2>/dev/null && left+=("$p")
     done
     rm -rf "$host"
     if ((${#left[@]} > 0)); then
@@ -727,6 +826,30 @@ case "${1:-}" in
 up)
     shift
     up "$@"
+    ;;
+deps)
+    [[ "$(id -u)" == 0 ]] || die "needs root (apt-get)"
+    install_packages
+    upstream_bin
+    log "packages and $BIN ready"
+    ;;
+kcm)
+    shift
+    restart_kcm "$@"
+    ;;
+hollow)
+    shift
+    case "${1:-}" in
+    add)
+        shift
+        hollow_add "$@"
+        ;;
+    delete)
+        shift
+        hollow_delete "$@"
+        ;;
+    *) die "hollow add|delete NAME..." ;;
+    esac
     ;;
 down) down ;;
 status) status ;;

@@ -11,239 +11,41 @@
 //! cargo test -p nodeipam-tests --test real_cluster -- --test-threads=1
 //! ```
 //!
-//! Each test starts its own cluster whose Node has no podCIDR (kube-controller-manager's range
-//! allocator is off), installs the controller the way the README tells users to, and checks the
+//! The install tests start a cluster whose Node has no podCIDR (kube-controller-manager's range
+//! allocator is off), install the controller the way the README tells users to, and check the
 //! bootstrap deploy/deployment.yaml describes: the controller's Pod, scheduled on the NotReady
 //! Node through its tolerations, takes the Lease with its in-cluster ServiceAccount credentials,
 //! writes its own Node's podCIDR, goes Ready on its HTTPS probes; the Node goes Ready (containerd
 //! renders the CNI config from the podCIDR), and a Pod on the Pod network gets an address inside
 //! the Node's podCIDR. Issue 33's list: (1) `helm_chart_bootstraps_its_own_node_and_is_scraped`
-//! and `kustomize_deploy_bootstraps_its_own_node`; (5) the scrape in the first test.
+//! and `kustomize_deploy_bootstraps_its_own_node`; (5) the scrape in the first test; (2) the
+//! switch-over from kube-controller-manager and back, `switch_over::…` (its own module); (3) 100
+//! hollow Nodes and 10 minutes of heartbeats, `scale::…`, ignored (long; run it with
+//! `-- --ignored scale`).
 //!
-//! On a failure the cluster's logs are copied to `target/real-cluster-logs/<test>/`.
+//! On a failure the cluster's logs are copied to `real-cluster-logs/<test>/` in the Cargo target
+//! folder (`$CARGO_TARGET_DIR`, default `target/`).
 #![allow(clippy::unwrap_used)]
 
-use std::future::Future;
-use std::io::Write;
-use std::net::IpAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+#[path = "real_cluster/harness.rs"]
+mod harness;
+#[path = "real_cluster/scale.rs"]
+mod scale;
+#[path = "real_cluster/switch_over.rs"]
+mod switch_over;
 
+use std::net::IpAddr;
+
+use harness::{
+    BUSYBOX_IMAGE, CLUSTER_CIDR, CONTROLLER_REPOSITORY, CONTROLLER_SELECTOR, Cluster, NODE_NAME,
+    SERVICE_CIDR, lease_holder_pod, metric_value, node_ready, pod_ready, render_deploy, repo_root,
+    scrape, wait_for,
+};
 use ipnet::IpNet;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
-use kube::config::{Config, KubeConfigOptions, Kubeconfig};
 use serde_json::json;
-
-/// The Node `cluster.sh` registers, its address on the bridge `cluster.sh` creates, and the
-/// cluster CIDR given to the controller.
-const NODE_NAME: &str = "nodeipam-node-0";
-const NODE_IP: &str = "10.99.0.1";
-const CLUSTER_CIDR: &str = "10.244.0.0/16";
-const SERVICE_CIDR: &str = "10.96.0.0/24";
-/// The images `cluster.sh` builds and imports (the controller's tag is its version, in the state
-/// folder's `controller-tag`).
-const CONTROLLER_REPOSITORY: &str = "localhost/nodeipam-controller";
-const BUSYBOX_IMAGE: &str = "localhost/nodeipam/busybox:1";
-/// The controller's secure port (chart and deploy/ default).
-const SECURE_PORT: u16 = 10260;
-/// Liveness bounds only (a failure names what did not happen); never asserted as speeds.
-const WAIT: Duration = Duration::from_secs(180);
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-/// A running cluster (`cluster.sh up --no-controller`); `down` on drop, also when a test panics.
-struct Cluster {
-    state: PathBuf,
-    logs: PathBuf,
-    torn_down: bool,
-}
-
-impl Cluster {
-    fn up(test: &str) -> Cluster {
-        let state = std::env::var_os("NODEIPAM_CLUSTER_DIR")
-            .map_or_else(|| PathBuf::from("/var/tmp/nodeipam-cluster"), PathBuf::from);
-        let logs = repo_root().join("target/real-cluster-logs").join(test);
-        let _ = std::fs::remove_dir_all(&logs);
-        let started = Instant::now();
-        let status = Command::new(repo_root().join("tests/cluster/cluster.sh"))
-            .args(["up", "--no-controller"])
-            .env("NODEIPAM_CLUSTER_DIR", &state)
-            .env("NODEIPAM_CLUSTER_KEEP_LOGS", &logs)
-            .status()
-            .unwrap();
-        assert!(
-            status.success(),
-            "cluster.sh up failed ({status}); logs in {}",
-            logs.display()
-        );
-        eprintln!("cluster up in {:?}", started.elapsed());
-        Cluster {
-            state,
-            logs,
-            torn_down: false,
-        }
-    }
-
-    fn kubeconfig(&self) -> PathBuf {
-        self.state.join("admin.kubeconfig")
-    }
-
-    fn controller_tag(&self) -> String {
-        std::fs::read_to_string(self.state.join("controller-tag"))
-            .unwrap()
-            .trim()
-            .to_owned()
-    }
-
-    async fn client(&self) -> Client {
-        let kubeconfig = Kubeconfig::read_from(self.kubeconfig()).unwrap();
-        let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .unwrap();
-        Client::try_from(config).unwrap()
-    }
-
-    /// `kubectl ARGS` against the cluster (with STDIN when given); its stdout, or a panic with
-    /// its stderr.
-    fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> String {
-        let mut command = Command::new("kubectl");
-        command
-            .arg("--kubeconfig")
-            .arg(self.kubeconfig())
-            .args(args);
-        run(command, stdin)
-    }
-
-    /// `cluster.sh down`: must succeed and report nothing left behind.
-    fn down(mut self, keep_logs: bool) {
-        self.torn_down = true;
-        let started = Instant::now();
-        let status = self.down_command(keep_logs).status().unwrap();
-        assert!(
-            status.success(),
-            "cluster.sh down failed ({status}): something was left behind"
-        );
-        eprintln!("cluster down in {:?}", started.elapsed());
-    }
-
-    fn down_command(&self, keep_logs: bool) -> Command {
-        let mut command = Command::new(repo_root().join("tests/cluster/cluster.sh"));
-        command.arg("down").env("NODEIPAM_CLUSTER_DIR", &self.state);
-        if keep_logs {
-            command.env("NODEIPAM_CLUSTER_KEEP_LOGS", &self.logs);
-        }
-        command
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        if !self.torn_down {
-            let status = self.down_command(true).status();
-            eprintln!(
-                "cluster.sh down after a failure: {status:?}; logs in {}",
-                self.logs.display()
-            );
-        }
-    }
-}
-
-fn run(mut command: Command, stdin: Option<&str>) -> String {
-    let shown = format!("{command:?}");
-    command
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = command.spawn().unwrap_or_else(|e| panic!("{shown}: {e}"));
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
-    let output = child.wait_with_output().unwrap();
-    assert!(
-        output.status.success(),
-        "{shown} failed ({}): {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
-}
-
-/// Polls `probe` every 500 ms until it gives `Some`; panics naming `what` after [`WAIT`].
-async fn wait_for<T, F, Fut>(what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let started = Instant::now();
-    loop {
-        if let Some(value) = probe().await {
-            eprintln!("{what}: after {:?}", started.elapsed());
-            return value;
-        }
-        assert!(started.elapsed() < WAIT, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-fn condition_true(conditions: Option<&Vec<impl Conditioned>>, type_: &str) -> bool {
-    conditions
-        .into_iter()
-        .flatten()
-        .any(|c| c.type_() == type_ && c.status() == "True")
-}
-
-trait Conditioned {
-    fn type_(&self) -> &str;
-    fn status(&self) -> &str;
-}
-impl Conditioned for k8s_openapi::api::core::v1::NodeCondition {
-    fn type_(&self) -> &str {
-        &self.type_
-    }
-    fn status(&self) -> &str {
-        &self.status
-    }
-}
-impl Conditioned for k8s_openapi::api::core::v1::PodCondition {
-    fn type_(&self) -> &str {
-        &self.type_
-    }
-    fn status(&self) -> &str {
-        &self.status
-    }
-}
-
-fn node_ready(node: &Node) -> bool {
-    condition_true(
-        node.status.as_ref().and_then(|s| s.conditions.as_ref()),
-        "Ready",
-    )
-}
-
-fn pod_ready(pod: &Pod) -> bool {
-    condition_true(
-        pod.status.as_ref().and_then(|s| s.conditions.as_ref()),
-        "Ready",
-    )
-}
 
 /// The state before the controller is installed: the Node is registered without a podCIDR and
 /// is NotReady (no Pod network: containerd has no CNI config before the podCIDR).
@@ -266,7 +68,6 @@ async fn assert_node_without_pod_cidr(client: &Client) {
 async fn assert_controller_bootstraps_its_node(client: &Client, cluster: &Cluster) -> IpNet {
     let nodes: Api<Node> = Api::all(client.clone());
     let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
-    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
 
     let pod_cidr: IpNet = wait_for("the Node's podCIDR", || async {
         let node = nodes.get(NODE_NAME).await.ok()?;
@@ -284,10 +85,9 @@ async fn assert_controller_bootstraps_its_node(client: &Client, cluster: &Cluste
 
     // The Ready replica on our Node (with two replicas and one Node, the other stays Pending:
     // the replicas' anti-affinity).
-    let selector = "app.kubernetes.io/name=nodeipam-controller";
     let controller_pod = wait_for("a Ready controller Pod", || async {
         let list = pods
-            .list(&ListParams::default().labels(selector))
+            .list(&ListParams::default().labels(CONTROLLER_SELECTOR))
             .await
             .ok()?;
         list.items.into_iter().find(pod_ready)
@@ -318,13 +118,8 @@ async fn assert_controller_bootstraps_its_node(client: &Client, cluster: &Cluste
         pod_spec.service_account_name.as_deref(),
         Some("nodeipam-controller")
     );
-    let holder = wait_for("the Lease held by the Ready Pod", || async {
-        let lease = leases.get("nodeipam-controller").await.ok()?;
-        let holder = lease.spec?.holder_identity?;
-        (holder == pod_name).then_some(holder)
-    })
-    .await;
-    eprintln!("Lease kube-system/nodeipam-controller held by {holder}");
+    let holder = lease_holder_pod(client).await;
+    assert_eq!(holder, pod_name, "the Lease is not held by the Ready Pod");
     let pod_security = pod_spec.security_context.clone().unwrap();
     assert_eq!(pod_security.run_as_user, Some(65532));
     assert_eq!(pod_security.run_as_non_root, Some(true));
@@ -383,24 +178,6 @@ async fn assert_controller_bootstraps_its_node(client: &Client, cluster: &Cluste
     pod_cidr
 }
 
-/// `curl -sk` GET of the secure port's `/metrics`: (HTTP status, body).
-fn scrape(token: Option<&str>) -> (String, String) {
-    let body = tempfile::NamedTempFile::new().unwrap();
-    let mut command = Command::new("curl");
-    command
-        .args(["-sk", "--max-time", "10", "-o"])
-        .arg(body.path())
-        .args(["-w", "%{http_code}"]);
-    if let Some(token) = token {
-        command
-            .arg("-H")
-            .arg(format!("Authorization: Bearer {token}"));
-    }
-    command.arg(format!("https://{NODE_IP}:{SECURE_PORT}/metrics"));
-    let status = run(command, None);
-    (status, std::fs::read_to_string(body.path()).unwrap())
-}
-
 /// The Prometheus Operator's ServiceMonitor kind, so the chart's `prometheus.serviceMonitor`
 /// objects (the Service, the ServiceMonitor, the metrics-reader ClusterRole and its binding) can
 /// be installed; no operator runs here — the scrape is done as Prometheus does it, with its
@@ -453,25 +230,18 @@ async fn helm_chart_bootstraps_its_own_node_and_is_scraped() {
 
     // As the README tells users: the chart, kube-controller-manager's cluster CIDR and service
     // range, our image; everything else the chart's defaults (two replicas).
-    let helm = PathBuf::from(std::env::var_os("NODEIPAM_UPSTREAM_BIN").expect(
-        "NODEIPAM_UPSTREAM_BIN is not set (export NODEIPAM_UPSTREAM_BIN=\"$(tests/upstream/build.sh | tail -n 1)\")",
-    ))
-    .join("helm");
-    let mut install = Command::new(helm);
-    install
-        .arg("--kubeconfig")
-        .arg(cluster.kubeconfig())
-        .args(["install", "nodeipam"])
-        .arg(repo_root().join("charts/nodeipam"))
-        .args(["--namespace", "kube-system"])
-        .arg(format!("--set=controller.clusterCIDR={CLUSTER_CIDR}"))
-        .arg(format!(
-            "--set=controller.serviceClusterIPRange={SERVICE_CIDR}"
-        ))
-        .arg(format!("--set=image.repository={CONTROLLER_REPOSITORY}"))
-        .arg(format!("--set=image.tag={}", cluster.controller_tag()))
-        .arg("--set=prometheus.serviceMonitor.enabled=true");
-    run(install, None);
+    let chart = repo_root().join("charts/nodeipam");
+    cluster.helm(&[
+        "install",
+        "nodeipam",
+        chart.to_str().unwrap(),
+        "--namespace=kube-system",
+        &format!("--set=controller.clusterCIDR={CLUSTER_CIDR}"),
+        &format!("--set=controller.serviceClusterIPRange={SERVICE_CIDR}"),
+        &format!("--set=image.repository={CONTROLLER_REPOSITORY}"),
+        &format!("--set=image.tag={}", cluster.controller_tag()),
+        "--set=prometheus.serviceMonitor.enabled=true",
+    ]);
 
     assert_controller_bootstraps_its_node(&client, &cluster).await;
 
@@ -487,13 +257,13 @@ async fn helm_chart_bootstraps_its_own_node_and_is_scraped() {
         status, "200",
         "scrape with the metrics-reader token: {body}"
     );
-    let allocations = body
-        .lines()
-        .find(|l| l.starts_with("node_ipam_controller_cidrset_cidrs_allocations_total"))
-        .unwrap_or_else(|| panic!("no allocations counter in the metrics:\n{body}"));
-    assert!(
-        allocations.ends_with(" 1"),
-        "the leader allocated one block (its own Node's): {allocations}"
+    assert_eq!(
+        metric_value(
+            &body,
+            "node_ipam_controller_cidrset_cidrs_allocations_total"
+        ),
+        Some(1.0),
+        "the leader allocated one block (its own Node's):\n{body}"
     );
     let (status, _) = scrape(None);
     assert_eq!(status, "401", "scrape without a token");
@@ -504,7 +274,7 @@ async fn helm_chart_bootstraps_its_own_node_and_is_scraped() {
         "scrape with a token not bound to the metrics-reader role"
     );
 
-    cluster.down(false);
+    cluster.down();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -515,36 +285,9 @@ async fn kustomize_deploy_bootstraps_its_own_node() {
 
     // As deploy/kustomization.yaml tells users: `kubectl kustomize deploy/`, kube-controller-
     // manager's cluster CIDR in place of the placeholder, our image in place of the default.
-    let rendered = run(
-        {
-            let mut c = Command::new("kubectl");
-            c.arg("kustomize").arg(repo_root().join("deploy"));
-            c
-        },
-        None,
-    );
-    let placeholder = "--cluster-cidr=REPLACE-WITH-KUBE-CONTROLLER-MANAGER-CLUSTER-CIDR";
-    assert_eq!(rendered.matches(placeholder).count(), 1, "{rendered}");
-    assert_eq!(
-        rendered.matches("image: nodeipam-controller:").count(),
-        1,
-        "{rendered}"
-    );
-    let rendered: String = rendered
-        .replace(placeholder, &format!("--cluster-cidr={CLUSTER_CIDR}"))
-        .lines()
-        .map(
-            |line| match line.split_once("image: nodeipam-controller:") {
-                Some((indent, _)) => format!(
-                    "{indent}image: {CONTROLLER_REPOSITORY}:{}\n",
-                    cluster.controller_tag()
-                ),
-                None => format!("{line}\n"),
-            },
-        )
-        .collect();
+    let rendered = render_deploy(&cluster, &[format!("--cluster-cidr={CLUSTER_CIDR}")]);
     cluster.kubectl(&["apply", "-f", "-"], Some(&rendered));
 
     assert_controller_bootstraps_its_node(&client, &cluster).await;
-    cluster.down(false);
+    cluster.down();
 }
