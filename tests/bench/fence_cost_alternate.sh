@@ -1,18 +1,24 @@
 #!/bin/sh
-# Issue 30 item 5: the write intents' cost, before and after, alternating row by row in one
-# sitting (tests/bench/fence_cost.py for each run; one JSON line per run on stdout).
-# Usage: fence_cost_alternate.sh BEFORE_CONTROLLER AFTER_CONTROLLER ROUNDS
-#   SANDBOX (default target/debug/sandbox-apiserver) and OUT_DIR as fence_cost.py reads them.
-# Rows: N MODE LEADER_ELECT HANDOVER TAG.
+# Issue 30 item 5: the write intents' cost, the builds alternating run by run in one sitting
+# (tests/bench/fence_cost.py for each run; one JSON line per run on stdout, tagged
+# ROW-ROUND-NAME).
+# Usage: fence_cost_alternate.sh ROUNDS NAME=CONTROLLER [NAME=CONTROLLER ...]
+#   SANDBOX (default target/debug/sandbox-apiserver) and OUT_DIR as fence_cost.py reads them;
+#   ROWS (default: all of them below) picks rows by tag, e.g. ROWS="2k 10k".
+# Rows: N MODE LEADER_ELECT HANDOVER TAG (MODE unlimited: --kube-api-qps/burst 100000; default:
+# the controller's 20/30).
 set -eu
-before=$1 after=$2 rounds=${3:-1}
+rounds=$1
+shift
 here=$(dirname "$0")
+rows=${ROWS:-"2k 10k handover2k 1k-20qps nole2k"}
 round=1
 while [ "$round" -le "$rounds" ]; do
   while read -r n mode le handover tag; do
-    for side in before after; do
-      eval ctl=\$$side
-      python3 "$here/fence_cost.py" "$ctl" "$n" "$mode" "$le" "$handover" "$tag-$round-$side"
+    case " $rows " in *" $tag "*) ;; *) continue ;; esac
+    for build in "$@"; do
+      name=${build%%=*} ctl=${build#*=}
+      python3 "$here/fence_cost.py" "$ctl" "$n" "$mode" "$le" "$handover" "$tag-$round-$name"
     done
   done <<ROWS
 2000 unlimited true 0 2k
