@@ -144,8 +144,8 @@ mod intents;
 mod record;
 
 pub use intents::{
-    IntentsUnreadable, MAX_WRITE_INTENTS, WRITE_INTENTS_ANNOTATION, WriteIntent, WriteIntents,
-    intents_of,
+    INTENT_BATCH, INTENT_CREDIT_CAP, IntentsUnreadable, MAX_WRITE_INTENTS, PendingIntents,
+    WRITE_INTENTS_ANNOTATION, WriteIntent, WriteIntents, early_write_due, intents_of,
 };
 pub use record::record_lease_duration;
 use record::{Observation, claimed_spec, created_spec, holder_of, released_spec};
@@ -447,8 +447,8 @@ impl LeaderElector {
     }
 
     /// Keeps `intents` in the Lease: every UPDATE (acquire, renew, release) writes them, a write
-    /// is made at once whenever an intent is added, and a Lease is taken over with the intents it
-    /// holds (see [`WriteIntents`]). A Lease whose intents cannot be read is not taken.
+    /// is made before the next renewal when they call for one ([`intents::early_write_due`]), and
+    /// a Lease is taken over with the intents it holds (see [`WriteIntents`]). A Lease whose intents cannot be read is not taken.
     #[must_use]
     pub fn with_write_intents(mut self, intents: Arc<WriteIntents>) -> Self {
         self.intents = Some(intents);
@@ -549,13 +549,17 @@ impl LeaderElector {
                     last_error,
                 });
             }
-            // A renewal is due at the retry period, or at once when a writer waits for its
-            // intent to be in the Lease (that write renews too) — unless the last try failed:
-            // then the next waits for the retry period as usual.
+            // A renewal is due at the retry period (it carries every intent recorded so far), or
+            // earlier when the intents call for an early write (`intents::early_write_due`: a full
+            // batch, or a writer waiting while credit remains; that write renews too) — unless
+            // the last try failed: then the next waits for the retry period as usual.
             let intents = self.intents.clone().filter(|_| last_error.is_none());
-            let intents_due = async move {
+            let early = async move {
                 match intents {
-                    Some(intents) => intents.changed().await,
+                    Some(intents) => {
+                        intents.due().await;
+                        intents.early_write();
+                    }
                     None => std::future::pending().await,
                 }
             };
@@ -563,7 +567,7 @@ impl LeaderElector {
                 biased;
                 () = &mut shutdown => return self.stop(state, true).await,
                 () = sleep_until(next_try.min(lost_at)) => {}
-                () = intents_due => {}
+                () = early => {}
             }
             if Instant::now() >= lost_at {
                 continue;

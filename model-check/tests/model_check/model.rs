@@ -443,8 +443,9 @@ pub enum Step {
     /// once), lists, and seeds the inherited intents as writes in doubt.
     Acquire(u8),
     /// The holder `.0` writes the Lease with the intents it recorded (`leader::intents`: the
-    /// elector writes at once when the log has intents a committed write does not hold; the write
-    /// renews too). It commits unless the holder's Lease writes fail ([`Lease::failing`]).
+    /// elector writes early when `early_write_due`, else its next renewal carries them; the model
+    /// lets this step run at any moment the log has intents a committed write does not hold, which
+    /// covers every moment the elector may choose; the write renews too). It commits unless the holder's Lease writes fail ([`Lease::failing`]).
     WriteLease(u8),
     /// [`Bugs::allocate_before_seeding`]: replica `.0` seeds the inherited intents now.
     Seed(u8),

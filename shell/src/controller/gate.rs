@@ -14,7 +14,8 @@ use crate::leader::{Leadership, WriteIntent, WriteIntents};
 ///
 /// - **Safety: the write intent.** With leader election, a PATCH is sent only once its intent
 ///   (Node, uid, podCIDRs) is in a Lease write that committed while this replica held the Lease
-///   (`WriteGate::record_intent`, `leader::intents`): a successor takes the Lease with every such
+///   (recorded when decided, `WriteGate::record_ahead`; waited for before the send,
+///   `WriteGate::record_intent`; `leader::intents`): a successor takes the Lease with every such
 ///   intent and holds those blocks for those Nodes, so a PATCH that reaches the API server at any
 ///   later time cannot give a block to a second Node. No timing is assumed.
 /// - Liveness: not before `not_before`. Without leader election, after a restart a write the
@@ -73,6 +74,26 @@ impl WriteGate {
         }
     }
 
+    /// Records the intent to PATCH Node `node` (object `uid`) with `pod_cidrs` as soon as it is
+    /// decided, ahead of the worker that sends it: the Lease write that commits it then carries the
+    /// intents of every Node decided meanwhile (see `leader::intents` on the cost). Never waits; a
+    /// full log records nothing here ([`WriteGate::record_intent`] waits for room later).
+    pub(super) fn record_ahead(&self, node: &str, uid: Option<&str>, pod_cidrs: &[Cidr]) {
+        if let Some(intents) = &self.intents {
+            let _ = intents.record(intent(node, uid, pod_cidrs));
+        }
+    }
+
+    /// How many Nodes the dispatcher decides ahead of its workers: none without intents; with
+    /// them two batches ([`crate::leader::INTENT_BATCH`]), so that the Lease write committing one
+    /// batch is under way while the workers send the other.
+    pub(super) fn decide_ahead(&self) -> usize {
+        match &self.intents {
+            Some(_) => usize::try_from(2 * crate::leader::INTENT_BATCH).unwrap_or(usize::MAX),
+            None => 0,
+        }
+    }
+
     /// Records the intent to PATCH Node `node` (object `uid`) with `pod_cidrs` and waits until a
     /// committed Lease write holds it. `true`: the PATCH may be sent (or no intents are kept);
     /// `false`: leadership ended first, the PATCH must not be sent. Waits for room while the log
@@ -86,11 +107,7 @@ impl WriteGate {
         let Some(intents) = &self.intents else {
             return true;
         };
-        let intent = WriteIntent {
-            node: node.to_owned(),
-            uid: uid.map(str::to_owned),
-            pod_cidrs: pod_cidrs.iter().map(ToString::to_string).collect(),
-        };
+        let intent = intent(node, uid, pod_cidrs);
         loop {
             if let Some(generation) = intents.record(intent.clone()) {
                 return intents
@@ -114,5 +131,14 @@ impl WriteGate {
                 None => std::future::pending().await,
             }
         }
+    }
+}
+
+/// The intent of a PATCH of `pod_cidrs` to Node `node`, object `uid`.
+fn intent(node: &str, uid: Option<&str>, pod_cidrs: &[Cidr]) -> WriteIntent {
+    WriteIntent {
+        node: node.to_owned(),
+        uid: uid.map(str::to_owned),
+        pod_cidrs: pod_cidrs.iter().map(ToString::to_string).collect(),
     }
 }

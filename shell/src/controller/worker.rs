@@ -1,7 +1,8 @@
 //! The dispatcher and its workers: Node names come off the work queue in order, the decision for
 //! each is made at once under the allocator's lock (so allocation order is the queue's order, as
 //! with one worker), and the I/O it needs — the PATCH, a re-read, events — runs on one of at most
-//! `workers` concurrent tasks (upstream's `cidrUpdateWorkers`, 30). A hung request occupies one
+//! `workers` concurrent tasks (upstream's `cidrUpdateWorkers`, 30; with write intents a few more
+//! Nodes are decided ahead and wait for one of them, see [`dispatch`]). A hung request occupies one
 //! worker, not the controller. The queue never hands one Node name to two workers at once.
 
 use std::collections::HashMap;
@@ -327,13 +328,28 @@ impl Shared {
         self.queue.add_after(name.clone(), delay);
     }
 
-    /// Carries out a decision that needs I/O, then marks `name` done in the queue.
-    async fn carry_out(self: Arc<Self>, name: NodeName, uid: Option<Box<str>>, decision: Decision) {
+    /// Carries out a decision that needs I/O — its requests once it holds one of the `io`
+    /// permits (at most `workers` at once) — then marks `name` done in the queue.
+    async fn carry_out(
+        self: Arc<Self>,
+        name: NodeName,
+        uid: Option<Box<str>>,
+        decision: Decision,
+        io: Arc<Semaphore>,
+    ) {
         let startup = lock(&self.startup_events).remove(&name);
         for event in startup.iter().flatten() {
             self.publish(&name, uid.as_deref(), event);
         }
         self.apply(&name, uid.as_deref(), &decision);
+        let needs_io =
+            matches!(decision.action, Action::Assign { .. }) || decision.next == Next::Reread;
+        // Never closed: an error cannot happen, and would only mean no bound.
+        let _io = if needs_io {
+            io.acquire().await.ok()
+        } else {
+            None
+        };
         if let Action::Assign {
             pod_cidrs,
             uid: write_uid,
@@ -500,10 +516,20 @@ impl Shared {
 /// its I/O on at most `workers` concurrent tasks; then waits for the tasks in flight (each bounded
 /// by the request timeout). A panicking task is reported as an error.
 ///
+/// With write intents it decides up to [`WriteGate::decide_ahead`] Nodes more than it has workers
+/// and records each assignment's intent at once ([`WriteGate::record_ahead`]): those Nodes wait
+/// for a worker in decision order (a fair semaphore), and one Lease write commits the intents of
+/// many of them (issue 30 item 5). Their blocks are reserved from the decision on, as a worker's
+/// are; a stop sends none of them (the write window is closed first).
+///
 /// # Errors
 /// [`Error::TaskFailed`] if a worker task panicked.
 pub async fn dispatch(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> Result<(), Error> {
-    let slots = Arc::new(Semaphore::new(shared.settings.workers.max(1)));
+    let workers = shared.settings.workers.max(1);
+    let slots = Arc::new(Semaphore::new(
+        workers.saturating_add(shared.settings.write_gate.decide_ahead()),
+    ));
+    let io = Arc::new(Semaphore::new(workers));
     let mut tasks: JoinSet<()> = JoinSet::new();
     let mut failure = None;
     loop {
@@ -537,9 +563,18 @@ pub async fn dispatch(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> R
             shared.finish_local(&name, &decision);
             continue;
         }
+        if let Action::Assign {
+            pod_cidrs,
+            uid: write_uid,
+        } = &decision.action
+        {
+            let gate = &shared.settings.write_gate;
+            gate.record_ahead(&name, write_uid.as_deref(), pod_cidrs);
+        }
         let shared = shared.clone();
+        let io = io.clone();
         tasks.spawn(async move {
-            shared.carry_out(name, uid, decision).await;
+            shared.carry_out(name, uid, decision, io).await;
             drop(permit);
         });
     }

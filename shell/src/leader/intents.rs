@@ -20,6 +20,18 @@
 //! podCIDRs (immutable once set: a late write can only repeat them or be refused), or the Node
 //! object is gone (PATCHes pin `metadata.uid`: a late write can never land on a re-created Node).
 //!
+//! **Cost** (issue 30 item 5). A Lease write carries every intent recorded before it, so the
+//! controller records intents as early as it can (when it decides, ahead of its workers) and the
+//! elector writes early — before its next renewal, which carries the intents anyway — only by the
+//! rule of [`early_write_due`]: a full batch ([`INTENT_BATCH`] intents not yet committed), or a
+//! writer waiting for its intent while credit remains (one [`INTENT_BATCH`] of credit is earned per
+//! [`INTENT_BATCH`] intents recorded, at most [`INTENT_CREDIT_CAP`] is kept). So over any stretch
+//! of time the early writes are at most `(intents recorded + INTENT_CREDIT_CAP) / INTENT_BATCH`
+//! — at most one extra Lease write per [`INTENT_BATCH`] Node writes, plus two — whatever the
+//! order and pace of the Nodes; a writer that finds no credit waits for the next renewal (at most
+//! one retry period: liveness only). None of this is about safety: a PATCH still waits for a
+//! committed Lease write holding its intent.
+//!
 //! The intents live in the Lease annotation [`WRITE_INTENTS_ANNOTATION`] as a JSON array of
 //! `{"node", "uid", "podCIDRs"}` objects, sorted by node name, at most [`MAX_WRITE_INTENTS`] of
 //! them (about 120 bytes each: well inside the API server's 256 KiB limit on annotations).
@@ -38,6 +50,37 @@ pub const WRITE_INTENTS_ANNOTATION: &str = "nodeipam.io/write-intents";
 /// that finds the log full waits until one leaves (liveness only). 1,024 intents of a 63-character
 /// name, a uid and two CIDRs take ~150 KiB, inside the API server's 256 KiB for all annotations.
 pub const MAX_WRITE_INTENTS: usize = 1024;
+
+/// Intents per early Lease write: the elector writes before its next renewal once this many
+/// intents are recorded that no committed write holds ([`early_write_due`]). Issue 30's goal is at
+/// most one extra Lease write per 30 Nodes; 50 leaves room for writes a Node needs twice (a
+/// refusal and a new allocation). The controller decides up to twice this many Nodes ahead of its
+/// workers (`controller::worker`), so a batch's write is committed before a worker needs it.
+pub const INTENT_BATCH: u64 = 50;
+
+/// The most credit kept for early writes ([`early_write_due`]), in intents: two early writes'
+/// worth, so a lone Node (or the last few of a burst) gets its write at once after a quiet time.
+pub const INTENT_CREDIT_CAP: u64 = 2 * INTENT_BATCH;
+
+/// What the elector knows, between two Lease writes, about the intents it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PendingIntents {
+    /// Intents recorded (new or changed) since the generation the last committed write carried.
+    pub uncommitted: u64,
+    /// Whether a writer waits for a generation no committed write carried yet.
+    pub demanded: bool,
+    /// Credit for early writes, in intents: +1 per intent recorded, −[`INTENT_BATCH`] per early
+    /// write, at most [`INTENT_CREDIT_CAP`].
+    pub credit: u64,
+}
+
+/// Whether the elector writes the Lease now rather than with its next renewal (which carries the
+/// intents too): a full batch of uncommitted intents, or a waiting writer while a whole batch of
+/// credit remains. Pure; the rule behind the bound in the module doc. Safety does not depend on
+/// it: a PATCH waits for its intent's commit whenever that comes.
+pub fn early_write_due(pending: PendingIntents) -> bool {
+    pending.uncommitted >= INTENT_BATCH || (pending.demanded && pending.credit >= INTENT_BATCH)
+}
 
 /// One Node write that may be in flight: PATCH `spec.podCIDRs` = `pod_cidrs` on Node `node`,
 /// object `uid`.
@@ -99,34 +142,47 @@ pub fn intents_of(lease: &Lease) -> Result<BTreeMap<String, WriteIntent>, Intent
     Ok(intents)
 }
 
-/// The annotation value for `intents` (`[]` when empty).
-fn encode(intents: &BTreeMap<String, WriteIntent>) -> String {
-    let list: Vec<&WriteIntent> = intents.values().collect();
-    // Serializing plain strings cannot fail.
-    serde_json::to_string(&list).unwrap_or_else(|_| "[]".to_owned())
-}
-
 /// The intents this replica wants the Lease to hold, and which of them a committed Lease write
-/// holds. Shared by the workers ([`WriteIntents::record`], [`WriteIntents::settle`]) and the
-/// elector (which writes them with every Lease UPDATE: [`WriteIntents::snapshot`],
-/// [`WriteIntents::committed`]).
+/// holds. Shared by the controller ([`WriteIntents::record`] when it decides,
+/// [`WriteIntents::wait_committed`] before a PATCH, [`WriteIntents::settle`]) and the elector
+/// (which writes them with every Lease UPDATE: [`WriteIntents::snapshot`],
+/// [`WriteIntents::committed`]; early ones when [`WriteIntents::due`]).
 #[derive(Debug)]
 pub struct WriteIntents {
     state: Mutex<State>,
-    /// The generation of the wanted set; bumped by every change a writer waits for.
-    wanted: watch::Sender<u64>,
+    /// Bumped by every change that may make an early write due ([`WriteIntents::due`]).
+    signal: watch::Sender<()>,
     /// The generation of the wanted set that the last committed Lease write carried.
     committed: watch::Sender<u64>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
-    wanted: BTreeMap<String, WriteIntent>,
+    /// Each intent with the generation that added it (the one a committed write must reach).
+    wanted: BTreeMap<String, (WriteIntent, u64)>,
     generation: u64,
+    /// The highest generation a writer waits for ([`WriteIntents::wait_committed`]).
+    demanded: u64,
+    /// Credit for early writes, in intents ([`PendingIntents::credit`]).
+    credit: u64,
     /// What a predecessor left in the Lease when we took it.
     inherited: BTreeMap<String, WriteIntent>,
     /// The Lease's `leaseTransitions` our acquisition wrote (see [`WriteIntents::epoch`]).
     epoch: Option<u64>,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            wanted: BTreeMap::new(),
+            generation: 0,
+            demanded: 0,
+            // A first Node gets its write at once.
+            credit: INTENT_CREDIT_CAP,
+            inherited: BTreeMap::new(),
+            epoch: None,
+        }
+    }
 }
 
 impl Default for WriteIntents {
@@ -140,7 +196,7 @@ impl WriteIntents {
     pub fn new() -> WriteIntents {
         WriteIntents {
             state: Mutex::new(State::default()),
-            wanted: watch::Sender::new(0),
+            signal: watch::Sender::new(()),
             committed: watch::Sender::new(0),
         }
     }
@@ -150,21 +206,28 @@ impl WriteIntents {
     }
 
     /// Adds (or replaces) the intent for `intent.node` and returns the generation a committed Lease
-    /// write must reach before the PATCH may be sent ([`WriteIntents::wait_committed`]). `None`
-    /// when the log is full ([`MAX_WRITE_INTENTS`]) and this Node has no intent yet.
+    /// write must reach before the PATCH may be sent ([`WriteIntents::wait_committed`]): the
+    /// generation that added this very intent, so recording it again costs nothing. `None` when the
+    /// log is full ([`MAX_WRITE_INTENTS`]) and this Node has no intent yet. Never waits and never
+    /// asks for a write by itself (only a full batch does, [`early_write_due`]).
     pub fn record(&self, intent: WriteIntent) -> Option<u64> {
         let mut state = self.lock();
-        if state.wanted.get(&intent.node) == Some(&intent) {
-            return Some(state.generation);
+        if let Some((held, generation)) = state.wanted.get(&intent.node)
+            && *held == intent
+        {
+            return Some(*generation);
         }
         if !state.wanted.contains_key(&intent.node) && state.wanted.len() >= MAX_WRITE_INTENTS {
             return None;
         }
-        state.wanted.insert(intent.node.clone(), intent);
         state.generation += 1;
+        state.credit = (state.credit + 1).min(INTENT_CREDIT_CAP);
         let generation = state.generation;
+        state
+            .wanted
+            .insert(intent.node.clone(), (intent, generation));
         drop(state);
-        self.wanted.send_replace(generation);
+        self.signal.send_replace(());
         Some(generation)
     }
 
@@ -173,7 +236,7 @@ impl WriteIntents {
     pub fn settle(&self, node: &str) {
         let mut state = self.lock();
         if state.wanted.remove(node).is_some() {
-            // Not a generation a writer waits for: nothing is written for a removal alone.
+            // Nothing is written for a removal alone.
             drop(state);
             self.committed.send_modify(|_| {});
         }
@@ -199,9 +262,13 @@ impl WriteIntents {
     /// [`WriteIntents::inherited`].
     pub fn inherit(&self, intents: BTreeMap<String, WriteIntent>) {
         let mut state = self.lock();
-        state.wanted = intents.clone();
-        state.inherited = intents;
         state.generation += 1;
+        let generation = state.generation;
+        state.wanted = intents
+            .iter()
+            .map(|(node, intent)| (node.clone(), (intent.clone(), generation)))
+            .collect();
+        state.inherited = intents;
     }
 
     /// Notes the `leaseTransitions` our successful acquisition wrote: it grows with every change
@@ -230,39 +297,69 @@ impl WriteIntents {
     /// What a Lease write must carry now: the wanted generation and the annotation value.
     pub fn snapshot(&self) -> (u64, String) {
         let state = self.lock();
-        (state.generation, encode(&state.wanted))
+        let list: Vec<&WriteIntent> = state.wanted.values().map(|(intent, _)| intent).collect();
+        // Serializing plain strings cannot fail.
+        let text = serde_json::to_string(&list).unwrap_or_else(|_| "[]".to_owned());
+        (state.generation, text)
     }
 
-    /// Whether intents were added since the last committed write (a write is due at once).
-    pub fn is_dirty(&self) -> bool {
-        *self.wanted.borrow() > *self.committed.borrow()
+    /// The pending intents as [`early_write_due`] reads them.
+    pub fn pending(&self) -> PendingIntents {
+        // The watch before the mutex, never both at once (`wait_for_room` holds them the other way).
+        let committed = *self.committed.borrow();
+        let state = self.lock();
+        PendingIntents {
+            uncommitted: state.generation.saturating_sub(committed),
+            demanded: state.demanded > committed,
+            credit: state.credit,
+        }
     }
 
-    /// Resolves when [`WriteIntents::is_dirty`] may have become true.
-    pub async fn changed(&self) {
-        let mut wanted = self.wanted.subscribe();
-        let _ = wanted.wait_for(|w| *w > *self.committed.borrow()).await;
+    /// Resolves when an early Lease write is due ([`early_write_due`]). The elector then writes
+    /// and calls [`WriteIntents::early_write`].
+    pub async fn due(&self) {
+        let mut signal = self.signal.subscribe();
+        let _ = signal.wait_for(|()| early_write_due(self.pending())).await;
+    }
+
+    /// The elector starts an early write: it spends one batch of credit.
+    pub fn early_write(&self) {
+        let mut state = self.lock();
+        state.credit = state.credit.saturating_sub(INTENT_BATCH);
     }
 
     /// A Lease write carrying generation `generation` committed.
     pub fn committed(&self, generation: u64) {
-        self.committed.send_if_modified(|c| {
+        let newer = self.committed.send_if_modified(|c| {
             let newer = generation > *c;
             if newer {
                 *c = generation;
             }
             newer
         });
+        if newer {
+            self.signal.send_replace(());
+        }
     }
 
     /// Waits until a committed Lease write carried generation `generation` (`true`), or until
-    /// `give_up` resolves (`false`).
+    /// `give_up` resolves (`false`). Asks for the write: it is made at once while credit remains
+    /// ([`early_write_due`]), else with the next renewal.
     pub async fn wait_committed(
         &self,
         generation: u64,
         give_up: impl std::future::Future<Output = ()>,
     ) -> bool {
         let mut committed = self.committed.subscribe();
+        let reached = *committed.borrow_and_update() >= generation;
+        if !reached {
+            let mut state = self.lock();
+            if state.demanded < generation {
+                state.demanded = generation;
+                drop(state);
+                self.signal.send_replace(());
+            }
+        }
         tokio::select! {
             biased;
             done = committed.wait_for(|c| *c >= generation) => done.is_ok(),
@@ -352,11 +449,22 @@ mod tests {
         let log = WriteIntents::new();
         let first = log.record(intent("a", "10.0.0.0/24")).unwrap();
         log.committed(first);
-        assert!(!log.is_dirty());
+        assert_eq!(log.pending().uncommitted, 0);
         assert_eq!(log.record(intent("a", "10.0.0.0/24")), Some(first));
-        assert!(!log.is_dirty());
+        assert_eq!(log.pending().uncommitted, 0);
         let changed = log.record(intent("a", "10.0.9.0/24")).unwrap();
-        assert!(changed > first && log.is_dirty());
+        assert!(changed > first && log.pending().uncommitted == 1);
+    }
+
+    #[test]
+    fn an_intent_recorded_again_waits_for_its_own_generation_not_a_later_one() {
+        // The controller records an intent when it decides and again before the PATCH; a write
+        // committed in between holds it, so the PATCH must not wait for another one.
+        let log = WriteIntents::new();
+        let a = log.record(intent("a", "10.0.0.0/24")).unwrap();
+        log.committed(a);
+        log.record(intent("b", "10.0.1.0/24")).unwrap();
+        assert_eq!(log.record(intent("a", "10.0.0.0/24")), Some(a));
     }
 
     #[test]
@@ -365,8 +473,85 @@ mod tests {
         let generation = log.record(intent("a", "10.0.0.0/24")).unwrap();
         log.committed(generation);
         log.settle("a");
-        assert!(log.is_empty() && !log.is_dirty());
+        assert!(log.is_empty());
+        assert!(!early_write_due(log.pending()));
         assert_eq!(log.snapshot().1, "[]");
+    }
+
+    #[test]
+    fn an_early_write_is_due_for_a_full_batch_or_a_waiting_writer_with_credit() {
+        let pending = |uncommitted, demanded, credit| PendingIntents {
+            uncommitted,
+            demanded,
+            credit,
+        };
+        let b = INTENT_BATCH;
+        for (case, due) in [
+            (pending(0, false, INTENT_CREDIT_CAP), false),
+            (pending(b - 1, false, INTENT_CREDIT_CAP), false),
+            (pending(b, false, 0), true),
+            (pending(1, true, b), true),
+            (pending(1, true, b - 1), false),
+            (pending(b, true, 0), true),
+        ] {
+            assert_eq!(early_write_due(case), due, "{case:?}");
+        }
+    }
+
+    /// Nodes one at a time, each writer waiting for its own intent, the elector writing early
+    /// whenever [`early_write_due`] says so and otherwise at its renewals (every `renewal_every`
+    /// Nodes; `None`: never): the early writes stay within `(Nodes + cap) / batch`.
+    fn early_writes_for(nodes: u64, renewal_every: Option<u64>) -> u64 {
+        let log = WriteIntents::new();
+        let mut early = 0;
+        for n in 0..nodes {
+            let generation = log.record(intent(&format!("n{n}"), "10.0.0.0/24")).unwrap();
+            // The writer asks (as `wait_committed` does).
+            log.lock().demanded = generation;
+            if early_write_due(log.pending()) {
+                log.early_write();
+                early += 1;
+                log.committed(log.snapshot().0);
+            } else if renewal_every.is_some_and(|every| n % every == every - 1) {
+                log.committed(log.snapshot().0);
+            }
+            log.settle(&format!("n{n}"));
+        }
+        early
+    }
+
+    #[test]
+    fn early_writes_are_at_most_one_per_batch_of_intents_plus_the_credit_cap() {
+        for (nodes, renewal_every) in [
+            (10, None),
+            (1_000, None),
+            (1_000, Some(7)),
+            (10_000, Some(60)),
+        ] {
+            let early = early_writes_for(nodes, renewal_every);
+            let bound = (nodes + INTENT_CREDIT_CAP) / INTENT_BATCH;
+            assert!(
+                early <= bound,
+                "{nodes} Nodes: {early} early writes > {bound}"
+            );
+        }
+        // A lone Node after a quiet time is written at once.
+        assert_eq!(early_writes_for(1, None), 1);
+        // Without the rule (a write whenever a writer waits) it would be one per Node.
+        assert!(early_writes_for(1_000, None) < 1_000 / 10);
+    }
+
+    #[test]
+    fn a_full_batch_is_due_without_any_writer_waiting() {
+        let log = WriteIntents::new();
+        for n in 0..INTENT_BATCH {
+            assert!(!early_write_due(log.pending()), "{n} intents");
+            log.record(intent(&format!("n{n}"), "10.0.0.0/24"));
+        }
+        assert!(early_write_due(log.pending()));
+        let (generation, _) = log.snapshot();
+        log.committed(generation);
+        assert!(!early_write_due(log.pending()));
     }
 
     #[test]

@@ -1206,6 +1206,59 @@ async fn an_added_intent_is_written_at_once_and_a_successor_takes_the_lease_with
     let _ = b.stop().await;
 }
 
+/// Issue 30 item 5: a writer waiting for its intent gets a Lease write at once while credit
+/// remains (two batches' worth after a quiet time); once it is spent, its intent rides on the
+/// next renewal — no write of its own; a full batch is written at once with nobody waiting.
+#[tokio::test(start_paused = true)]
+async fn without_credit_an_intent_rides_on_the_next_renewal_and_a_full_batch_is_written_at_once() {
+    use super::intents::{INTENT_BATCH, INTENT_CREDIT_CAP};
+    let api = FakeApi::default();
+    let (mut a, a_intents) = spawn_with_intents(&api, config("a"));
+    a.leading().await;
+    // Spend the credit: each of these is written at once.
+    for n in 0..INTENT_CREDIT_CAP / INTENT_BATCH {
+        let writes_before = writes(&api, "a");
+        let recorded_at = Instant::now();
+        let generation = a_intents
+            .record(write_intent(&format!("n{n}"), "10.64.0.0/24"))
+            .expect("room");
+        assert!(
+            a_intents
+                .wait_committed(generation, std::future::pending())
+                .await
+        );
+        assert!(Instant::now() - recorded_at < RETRY_PERIOD, "n{n} at once");
+        assert_eq!(writes(&api, "a"), writes_before + 1);
+    }
+    // No credit left: the next one waits for the renewal, which it does not bring forward.
+    let writes_before = writes(&api, "a");
+    let generation = a_intents
+        .record(write_intent("late", "10.64.9.0/24"))
+        .expect("room");
+    let last_write = Instant::now();
+    assert!(
+        a_intents
+            .wait_committed(generation, std::future::pending())
+            .await
+    );
+    assert!(
+        Instant::now() - last_write >= RETRY_PERIOD - secs(0.1),
+        "committed by the renewal, not at once"
+    );
+    assert_eq!(writes(&api, "a"), writes_before + 1, "the renewal alone");
+    assert!(stored_intents(&api).contains("10.64.9.0/24"));
+    // A full batch, nobody waiting: written at once.
+    tokio::time::sleep(secs(0.1)).await;
+    let writes_before = writes(&api, "a");
+    for n in 0..INTENT_BATCH {
+        a_intents.record(write_intent(&format!("b{n}"), "10.65.0.0/24"));
+    }
+    tokio::time::sleep(secs(0.1)).await;
+    assert_eq!(writes(&api, "a"), writes_before + 1, "the batch's write");
+    assert!(stored_intents(&api).contains(&format!("\"b{}\"", INTENT_BATCH - 1)));
+    let _ = a.stop().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_deposed_holder_cannot_get_an_intent_committed() {
     let api = FakeApi::default();

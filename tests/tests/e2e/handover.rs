@@ -244,6 +244,58 @@ async fn writes_queued_behind_the_token_bucket_are_not_sent_after_the_lease_is_l
     sb.shutdown().await;
 }
 
+/// Issue 30 item 5: the fence's cost. A bring-up behind the token bucket (50 writes/s, burst 1)
+/// with leader election (1 s retry period): before batching every PATCH's intent got a Lease
+/// write of its own (a rate-limited worker records it just before its send); now the intents are
+/// recorded when decided, ahead of the workers, and the renewals carry them, so the Lease writes
+/// beyond one per retry period stay within one per `INTENT_BATCH` intents plus the credit
+/// (`leader::early_write_due`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_bring_up_costs_about_one_lease_write_per_batch_of_nodes() {
+    use nodeipam::leader::{INTENT_BATCH, INTENT_CREDIT_CAP};
+    init_tracing();
+    const NODES: u64 = 150;
+    let template = fixture(AWS)["items"][1].clone();
+    let items: Vec<Value> = (0..NODES)
+        .map(|i| node_like(&template, &format!("node-{i:03}")))
+        .collect();
+    let sb = Sandbox::start(json!({"kind": "NodeList", "apiVersion": "v1", "items": items})).await;
+    let ipam = ipam("10.30.0.0/16", "", masks(None, None, None));
+    let retry_period = Duration::from_secs(1);
+    let mut config = config(&ipam, "a");
+    if let Some(lease) = config.leader_election.as_mut() {
+        lease.retry_period = retry_period;
+    }
+    config.kube_api_qps = 50.0;
+    config.kube_api_burst = 1;
+    let a = spawn_as(&sb, config, "a");
+    assert!(
+        sb.wait_until(WAIT, |sb| unserved(sb).is_empty()).await,
+        "every Node served"
+    );
+    let lease_writes: Vec<_> = sb
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r.resource == Some(Resource::Leases)
+                && matches!(r.verb, Some(Verb::Update | Verb::Create))
+        })
+        .map(|r| r.received)
+        .collect();
+    let span = lease_writes.last().unwrap().duration_since(lease_writes[0]);
+    // Writes on the renewal schedule: at most one per retry period (every write restarts it).
+    let scheduled = span.as_millis() / retry_period.as_millis() + 1;
+    let early = u128::from((NODES + INTENT_CREDIT_CAP) / INTENT_BATCH);
+    assert!(
+        lease_writes.len() as u128 <= scheduled + early,
+        "{} Lease writes for {NODES} Nodes over {span:?}: more than {scheduled} on the renewal \
+         schedule + {early} early ones",
+        lease_writes.len()
+    );
+    a.stop().await;
+    sb.shutdown().await;
+}
+
 /// Issue 30: safety without timing. A's PATCH of LATE reaches the API server and is committed
 /// 10 s after it was sent — after its own `timeout=` (2 s), after A was killed (`kill -9`: no
 /// release) and after the Lease (4 s) passed to B, as a TCP connection that stalled through a
