@@ -5,7 +5,7 @@
 //! belong to another CNI.
 
 use super::*;
-use crate::node_selector::NodeSelector;
+use crate::labels::NodeSelector;
 use crate::test_support::cidr;
 
 const OURS: (&str, &str) = ("example.com/cni", "overlay");
