@@ -303,6 +303,17 @@ impl Decision {
         }
     }
 
+    /// The Node object this decision's events are about, after a re-read or a write: an
+    /// assignment's `uid` (the object it was decided on, fresher than any cached copy), else
+    /// `known`, the uid the caller had. The one rule the worker follows wherever it publishes a
+    /// decision's events.
+    pub fn subject_uid<'a>(&'a self, known: Option<&'a str>) -> Option<&'a str> {
+        match &self.action {
+            Action::Assign { uid: Some(uid), .. } => Some(uid),
+            _ => known,
+        }
+    }
+
     pub(super) fn then(mut self, next: Next) -> Decision {
         self.next = next;
         self

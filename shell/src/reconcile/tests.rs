@@ -1063,3 +1063,20 @@ fn the_get_after_a_stale_informer_copy_settles_it() {
     assert_eq!(d.action, Action::Released { pod_cidrs: ours });
     assert_eq!(used(&a), vec![0]);
 }
+
+/// The one rule for which Node object a decision's events name (issue 34): an assignment names
+/// the object it was decided on, whatever uid the caller had (a cached or earlier one); any other
+/// decision names the caller's.
+#[test]
+fn events_name_the_assigned_object_else_the_known_uid() {
+    let mut a = allocator("10.244.0.0/16");
+    let assign = a.decide(&node("n1", &[]));
+    assert_eq!(assign.subject_uid(Some("uid-cached")), Some("uid-n1"));
+    assert_eq!(assign.subject_uid(None), Some("uid-n1"));
+    assert!(a.confirm("n1", &[cidr("10.244.0.0/24")]));
+    let keep = a.decide(&node("n1", &["10.244.0.0/24"]));
+    assert!(matches!(keep.action, Action::Keep { .. }));
+    assert_eq!(keep.subject_uid(Some("uid-cached")), Some("uid-cached"));
+    let no_uid = Decision::assign(vec![cidr("10.244.1.0/24")], None);
+    assert_eq!(no_uid.subject_uid(Some("uid-known")), Some("uid-known"));
+}
