@@ -639,6 +639,9 @@ mod tests {
         assert!(!p("10.0.0.0/8").overlaps(&p("fd00::/8")));
         assert!(p("::/0").contains(&p("fd00::/128")));
         assert!(p("0.0.0.0/0").contains(&p("255.255.255.255/32")));
+        assert!(p("10.42.0.0/16").contains(&p("10.42.0.0/16")));
+        assert!(!p("::/0").contains(&p("10.0.0.0/8")));
+        assert!(!p("10.42.0.0/16").contains(&p("10.43.0.0/24")));
         assert_eq!(p("10.42.8.0/22").last_bits(), 0x0A2A_0BFF);
         assert_eq!(p("::/0").last_bits(), u128::MAX);
         assert_eq!(p("0.0.0.0/0").last_bits(), u32::MAX as u128);

@@ -20,22 +20,20 @@
 //! "terminating" sets; the blocks its Nodes hold stay theirs.
 //!
 //! Node selector semantics are core/v1's `NodeSelector` as the scheduler reads it
-//! (`k8s.io/component-helpers/scheduling/corev1/nodeaffinity`): the terms are ORed, the
-//! requirements of one term ANDed; `In`/`NotIn`/`Exists`/`DoesNotExist` on labels, `Gt`/`Lt`
-//! comparing a label as an integer; `matchFields` only on `metadata.name` with `In`/`NotIn`; a
-//! term with no requirement matches nothing. Upstream's allocator instead ANDed the requirements
+//! ([`crate::labels::terms`]): the terms are ORed, the requirements of one term ANDed; a term
+//! with no requirement matches nothing. Upstream's allocator instead ANDed the requirements
 //! of every term (its own TODO, kubernetes/kubernetes#116419); with one term — the only shape
 //! upstream handled right — both agree. "Matching requirements" counts the requirements of the
 //! matching term that has the most.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement};
+use k8s_openapi::api::core::v1::NodeSelector;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use nodeipam_core::{Cidr, Family};
 use serde::{Deserialize, Serialize};
 
-use crate::node_selector::{validate_key, validate_value};
+use crate::labels::NodeSelectorTerms;
 
 /// The finalizer the controller keeps on each valid ClusterCIDR while Nodes may hold its blocks.
 pub const FINALIZER: &str = "nodeipam.io/cluster-cidr-finalizer";
@@ -106,97 +104,6 @@ pub enum ClusterCidrError {
     Selector(String),
 }
 
-/// One requirement of a node selector term, checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Requirement {
-    /// `In` (`true`) or `NotIn` (`false`) on a label.
-    LabelIn(String, Vec<String>, bool),
-    /// `Exists` (`true`) or `DoesNotExist` (`false`).
-    LabelExists(String, bool),
-    /// `Gt` (`Greater`) or `Lt` (`Less`): the label read as an integer.
-    LabelCompare(String, std::cmp::Ordering, i64),
-    /// `matchFields` on `metadata.name`: `In` (`true`) or `NotIn` (`false`).
-    NameIn(Vec<String>, bool),
-}
-
-impl Requirement {
-    fn holds(&self, labels: &BTreeMap<String, String>, node_name: &str) -> bool {
-        match self {
-            Requirement::LabelIn(key, values, inside) => {
-                labels.get(key).is_some_and(|v| values.contains(v)) == *inside
-            }
-            Requirement::LabelExists(key, present) => labels.contains_key(key) == *present,
-            Requirement::LabelCompare(key, ordering, bound) => labels
-                .get(key)
-                .and_then(|v| v.parse::<i64>().ok())
-                .is_some_and(|v| v.cmp(bound) == *ordering),
-            Requirement::NameIn(names, inside) => names.iter().any(|n| n == node_name) == *inside,
-        }
-    }
-
-    fn of_label(r: &NodeSelectorRequirement) -> Result<Requirement, String> {
-        validate_key(&r.key).map_err(|e| e.to_string())?;
-        let values = r.values.clone().unwrap_or_default();
-        for value in &values {
-            validate_value(&r.key, value).map_err(|e| e.to_string())?;
-        }
-        let one_integer = || match values.as_slice() {
-            [v] => v
-                .parse::<i64>()
-                .map_err(|_| format!("{} {}: {v:?} is not an integer", r.key, r.operator)),
-            _ => Err(format!("{} {} takes exactly one value", r.key, r.operator)),
-        };
-        let no_values = |requirement| {
-            if values.is_empty() {
-                Ok(requirement)
-            } else {
-                Err(format!("{} {} takes no values", r.key, r.operator))
-            }
-        };
-        let some_values = |inside| {
-            if values.is_empty() {
-                Err(format!("{} {} needs values", r.key, r.operator))
-            } else {
-                Ok(Requirement::LabelIn(r.key.clone(), values.clone(), inside))
-            }
-        };
-        match r.operator.as_str() {
-            "In" => some_values(true),
-            "NotIn" => some_values(false),
-            "Exists" => no_values(Requirement::LabelExists(r.key.clone(), true)),
-            "DoesNotExist" => no_values(Requirement::LabelExists(r.key.clone(), false)),
-            "Gt" => Ok(Requirement::LabelCompare(
-                r.key.clone(),
-                std::cmp::Ordering::Greater,
-                one_integer()?,
-            )),
-            "Lt" => Ok(Requirement::LabelCompare(
-                r.key.clone(),
-                std::cmp::Ordering::Less,
-                one_integer()?,
-            )),
-            other => Err(format!("{}: unknown operator {other:?}", r.key)),
-        }
-    }
-
-    fn of_field(r: &NodeSelectorRequirement) -> Result<Requirement, String> {
-        if r.key != "metadata.name" {
-            return Err(format!(
-                "matchFields supports only metadata.name, not {:?}",
-                r.key
-            ));
-        }
-        let values = r.values.clone().unwrap_or_default();
-        match (r.operator.as_str(), values.len()) {
-            ("In", 1..) => Ok(Requirement::NameIn(values, true)),
-            ("NotIn", 1..) => Ok(Requirement::NameIn(values, false)),
-            (operator, _) => Err(format!(
-                "matchFields on metadata.name supports In and NotIn with values, not {operator:?}"
-            )),
-        }
-    }
-}
-
 /// A ClusterCIDR checked and ready to serve: its ranges, block size and node selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterCidrPool {
@@ -218,9 +125,8 @@ pub struct ClusterCidrPool {
     /// created before the controller are written first). [`ClusterCidrPool::from_object`] leaves it `false`
     /// (the steady state, which `plan` shows); the controller sets it from `metadata.finalizers`.
     pub awaiting_finalizer: bool,
-    /// `None`: no node selector (a fallback pool). Otherwise the terms, each a list of
-    /// requirements.
-    terms: Option<Vec<Vec<Requirement>>>,
+    /// `None`: no node selector (a fallback pool).
+    terms: Option<NodeSelectorTerms>,
 }
 
 fn range(
@@ -272,21 +178,9 @@ impl ClusterCidrPool {
         }
         let terms = match &spec.node_selector {
             None => None,
-            Some(selector) => Some(
-                selector
-                    .node_selector_terms
-                    .iter()
-                    .map(|term| {
-                        let labels = term.match_expressions.iter().flatten();
-                        let fields = term.match_fields.iter().flatten();
-                        labels
-                            .map(Requirement::of_label)
-                            .chain(fields.map(Requirement::of_field))
-                            .collect::<Result<Vec<_>, _>>()
-                    })
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(ClusterCidrError::Selector)?,
-            ),
+            Some(selector) => {
+                Some(NodeSelectorTerms::from_api(selector).map_err(ClusterCidrError::Selector)?)
+            }
         };
         Ok(ClusterCidrPool {
             name: object.metadata.name.clone().unwrap_or_default(),
@@ -351,10 +245,7 @@ impl ClusterCidrPool {
     ) -> Option<usize> {
         self.terms
             .as_ref()?
-            .iter()
-            .filter(|term| !term.is_empty() && term.iter().all(|r| r.holds(labels, node_name)))
-            .map(Vec::len)
-            .max()
+            .matching_requirements(labels, node_name)
     }
 
     /// The label keys its selector reads (sorted, no duplicates): what a Node reader must keep of
@@ -363,14 +254,8 @@ impl ClusterCidrPool {
         let mut keys: Vec<String> = self
             .terms
             .iter()
-            .flatten()
-            .flatten()
-            .filter_map(|r| match r {
-                Requirement::LabelIn(key, ..)
-                | Requirement::LabelExists(key, _)
-                | Requirement::LabelCompare(key, ..) => Some(key.clone()),
-                Requirement::NameIn(..) => None,
-            })
+            .flat_map(NodeSelectorTerms::label_keys)
+            .map(str::to_owned)
             .collect();
         keys.sort();
         keys.dedup();
@@ -378,35 +263,13 @@ impl ClusterCidrPool {
     }
 
     /// Its node selector in one line, in kubectl's label-selector spelling (`role in (a,b)`,
-    /// `gpu`, `!spot`, `rank>3`, `metadata.name in (n1)`): requirements of a term joined by
-    /// ` & `, terms by ` | `; `(none: fallback)` without a selector.
+    /// values sorted; `gpu`, `!spot`, `rank>3`, `metadata.name in (n1)`): requirements of a term
+    /// joined by ` & `, terms by ` | ` ([`NodeSelectorTerms::summary`]); `(none: fallback)`
+    /// without a selector.
     pub fn selector_summary(&self) -> String {
-        let Some(terms) = &self.terms else {
-            return "(none: fallback)".to_owned();
-        };
-        let requirement = |r: &Requirement| match r {
-            Requirement::LabelIn(key, values, inside) => format!(
-                "{key} {} ({})",
-                if *inside { "in" } else { "notin" },
-                values.join(",")
-            ),
-            Requirement::LabelExists(key, true) => key.clone(),
-            Requirement::LabelExists(key, false) => format!("!{key}"),
-            Requirement::LabelCompare(key, std::cmp::Ordering::Greater, bound) => {
-                format!("{key}>{bound}")
-            }
-            Requirement::LabelCompare(key, _, bound) => format!("{key}<{bound}"),
-            Requirement::NameIn(names, inside) => format!(
-                "metadata.name {} ({})",
-                if *inside { "in" } else { "notin" },
-                names.join(",")
-            ),
-        };
-        terms
-            .iter()
-            .map(|term| term.iter().map(requirement).collect::<Vec<_>>().join(" & "))
-            .collect::<Vec<_>>()
-            .join(" | ")
+        self.terms
+            .as_ref()
+            .map_or_else(|| "(none: fallback)".to_owned(), NodeSelectorTerms::summary)
     }
 
     /// KEP-2593's tie-breaks after the matching count: fewest blocks, smaller blocks, then name.

@@ -21,8 +21,8 @@ use clap::{
     ArgAction, Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand, ValueEnum,
 };
 
+use crate::labels::NodeSelector;
 use crate::node_pools::LabelRange;
-use crate::node_selector::NodeSelector;
 
 pub mod kcm;
 pub mod pflag;

@@ -142,6 +142,7 @@ use tokio::time::{Instant, sleep_until, timeout_at};
 
 mod intents;
 mod record;
+mod timing;
 
 pub use intents::{
     INTENT_BATCH, INTENT_CREDIT_CAP, IntentsUnreadable, MAX_WRITE_INTENTS, PendingIntents,
@@ -149,10 +150,7 @@ pub use intents::{
 };
 pub use record::record_lease_duration;
 use record::{Observation, claimed_spec, created_spec, holder_of, released_spec};
-
-/// client-go's `JitterFactor`: `renew_deadline` must exceed this many retry periods
-/// (`leaderelection.go` `NewLeaderElector`).
-pub const JITTER_FACTOR: f64 = 1.2;
+pub use timing::{JITTER_FACTOR, TimingRule, check_timing};
 
 /// Where the Lease is, who we are, and the election's timing (kube-controller-manager's
 /// `--leader-elect-*` flags; defaults there 15 s / 10 s / 2 s).
@@ -176,9 +174,10 @@ pub struct LeaseConfig {
 }
 
 impl LeaseConfig {
-    /// Checks client-go's `NewLeaderElector` rules (every duration > 0, lease duration > renew
-    /// deadline > 1.2 × retry period, non-empty identity) and what a Lease can hold (a lease
-    /// duration of 1 ..= 2³¹−1 whole seconds, non-empty name and namespace).
+    /// Checks client-go's `NewLeaderElector` rules ([`check_timing`]: every duration > 0, lease
+    /// duration > renew deadline > [`JITTER_FACTOR`] × retry period; non-empty identity) and what
+    /// a Lease can hold (a lease duration of 1 ..= 2³¹−1 whole seconds, non-empty name and
+    /// namespace).
     ///
     /// # Errors
     /// [`LeaderError::InvalidConfig`] naming the first broken rule.
@@ -190,30 +189,24 @@ impl LeaseConfig {
         if self.identity.is_empty() {
             return invalid("the holder identity must not be empty".to_owned());
         }
-        let lease = self.lease_duration;
-        if lease < Duration::from_secs(1) || lease.as_secs() > i32::MAX as u64 {
-            return invalid(format!(
+        let (lease, renew, retry) = (self.lease_duration, self.renew_deadline, self.retry_period);
+        match check_timing(lease, renew, retry) {
+            Ok(()) => Ok(()),
+            Err(TimingRule::LeaseDurationRange) => invalid(format!(
                 "lease duration {}s must be between 1s and {}s (whole seconds in an int32)",
                 lease.as_secs_f64(),
                 i32::MAX
-            ));
+            )),
+            Err(TimingRule::RenewDeadlineZero | TimingRule::RetryPeriodZero) => {
+                invalid("renew deadline and retry period must be greater than zero".to_owned())
+            }
+            Err(TimingRule::RenewDeadlineNotBelowLease) => invalid(format!(
+                "renew deadline {renew:?} must be shorter than the lease duration {lease:?}"
+            )),
+            Err(TimingRule::RenewDeadlineNotAboveJitteredRetry) => invalid(format!(
+                "renew deadline {renew:?} must exceed {JITTER_FACTOR} × the retry period {retry:?}"
+            )),
         }
-        if self.renew_deadline.is_zero() || self.retry_period.is_zero() {
-            return invalid("renew deadline and retry period must be greater than zero".to_owned());
-        }
-        if self.renew_deadline >= lease {
-            return invalid(format!(
-                "renew deadline {:?} must be shorter than the lease duration {lease:?}",
-                self.renew_deadline
-            ));
-        }
-        if self.renew_deadline.as_secs_f64() <= JITTER_FACTOR * self.retry_period.as_secs_f64() {
-            return invalid(format!(
-                "renew deadline {:?} must exceed {JITTER_FACTOR} × the retry period {:?}",
-                self.renew_deadline, self.retry_period
-            ));
-        }
-        Ok(())
     }
 
     /// The `spec.leaseDurationSeconds` we write: whole seconds of

@@ -7,6 +7,8 @@
 //! - [`reconcile`]: the pure decision logic (which patch, event, metric for a Node), with
 //!   [`diagnostics`] (the recommended diagnostics R05, R08, R10, R11, R13) as its child;
 //! - [`nodelist`]: streaming NodeList reader;
+//! - [`labels`]: label key and value validation, the `--node-selector` string form, and every
+//!   label matcher (kube-rs expressions);
 //! - [`node_pools`]: per-Node mask sizes from rules and labels (`CloudAllocator`);
 //! - [`plan`]: the offline `plan` subcommand;
 //! - [`client`]: the Kubernetes client configuration from the flags; [`kube_error`]: reading the
@@ -30,13 +32,13 @@ pub mod flags;
 pub mod health;
 pub mod http_server;
 pub mod kube_error;
+pub mod labels;
 pub mod leader;
 pub mod logging;
 pub mod malloc;
 pub mod metric_names;
 pub mod metrics;
 pub mod node_pools;
-pub mod node_selector;
 pub mod nodelist;
 pub mod open_files;
 pub mod plan;

@@ -41,7 +41,7 @@ use std::path::{Path, PathBuf};
 
 use nodeipam_core::{Cidr, Family, IpamConfig, MAX_BLOCK_BITS};
 
-use crate::node_selector::NodeSelector;
+use crate::labels::{self, NodeSelector};
 
 /// The Node label that asks for an IPv4 node CIDR mask size (with `--allow-node-mask-label`).
 pub const MASK_LABEL_IPV4: &str = "nodeipam.io/node-cidr-mask-size-ipv4";
@@ -98,7 +98,7 @@ pub struct MaskRule {
 impl MaskRule {
     /// Parses `KEY=VALUE:ipv4=N,ipv6=M` (either size may be left out, not both; surrounding
     /// whitespace is ignored). The key must be a label key and the value a label value
-    /// (apimachinery `IsQualifiedName`, `IsValidLabelValue`); sizes are decimal bits.
+    /// ([`labels::validate_key`], [`labels::validate_value`]); sizes are decimal bits.
     ///
     /// # Errors
     /// [`NodePoolError::RuleSyntax`] saying what is wrong, naming the rule.
@@ -115,10 +115,8 @@ impl MaskRule {
         let (label_key, label_value) = selector.split_once('=').ok_or_else(|| {
             syntax("expected LABEL-KEY=LABEL-VALUE before the ':' (no '=' found)".to_owned())
         })?;
-        check_label_key(label_key)
-            .map_err(|why| syntax(format!("label key {label_key:?} {why}")))?;
-        check_label_value(label_value)
-            .map_err(|why| syntax(format!("label value {label_value:?} {why}")))?;
+        labels::validate_key(label_key).map_err(|e| syntax(e.to_string()))?;
+        labels::validate_value(label_key, label_value).map_err(|e| syntax(e.to_string()))?;
         let sizes = parse_family_list(sizes, parse_mask_size).map_err(syntax)?;
         Ok(MaskRule {
             label_key: label_key.to_owned(),
@@ -140,7 +138,7 @@ impl MaskRule {
 
     /// Whether a Node with these labels matches (its label `label_key` equals `label_value`).
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        labels.get(&self.label_key) == Some(&self.label_value)
+        labels::has_label(labels, &self.label_key, &self.label_value)
     }
 }
 
@@ -702,73 +700,6 @@ fn parse_mask_size(text: &str) -> Result<u8, String> {
     match text.parse::<u8>() {
         Ok(bits) if bits <= 128 => Ok(bits),
         _ => Err(bad()),
-    }
-}
-
-/// A label key: `[prefix/]name`, the prefix a DNS-1123 subdomain of at most 253 characters, the
-/// name at most 63 characters of `[A-Za-z0-9_.-]`, starting and ending alphanumeric
-/// (apimachinery `validation.IsQualifiedName`).
-fn check_label_key(key: &str) -> Result<(), String> {
-    let (prefix, name) = match key.split_once('/') {
-        Some((prefix, name)) => (Some(prefix), name),
-        None => (None, key),
-    };
-    if let Some(prefix) = prefix {
-        if prefix.is_empty() || prefix.len() > 253 {
-            return Err("has a prefix that is empty or longer than 253 characters".to_owned());
-        }
-        let subdomain_ok = prefix.split('.').all(|part| {
-            !part.is_empty()
-                && part
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !part.starts_with('-')
-                && !part.ends_with('-')
-        });
-        if !subdomain_ok {
-            return Err(
-                "has a prefix that is not a DNS subdomain (lower-case letters, digits, '-', '.')"
-                    .to_owned(),
-            );
-        }
-    }
-    if name.is_empty() {
-        return Err("has an empty name".to_owned());
-    }
-    check_label_name(name)
-}
-
-/// A label value: empty, or a label name (apimachinery `validation.IsValidLabelValue`).
-fn check_label_value(value: &str) -> Result<(), String> {
-    if value.is_empty() {
-        return Ok(());
-    }
-    check_label_name(value)
-}
-
-/// At most 63 characters of `[A-Za-z0-9_.-]`, starting and ending alphanumeric.
-fn check_label_name(name: &str) -> Result<(), String> {
-    if name.len() > 63 {
-        return Err("is longer than 63 characters".to_owned());
-    }
-    let allowed = name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    let ends_ok = name
-        .bytes()
-        .next()
-        .is_some_and(|b| b.is_ascii_alphanumeric())
-        && name
-            .bytes()
-            .last()
-            .is_some_and(|b| b.is_ascii_alphanumeric());
-    if allowed && ends_ok {
-        Ok(())
-    } else {
-        Err(
-            "must be letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
-                .to_owned(),
-        )
     }
 }
 

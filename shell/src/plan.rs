@@ -591,7 +591,7 @@ mod tests {
             "11-mixed-bundle-7nodes-redacted-podcidr.json",
             config,
             sizing.with_node_selector(
-                crate::node_selector::NodeSelector::parse(
+                crate::labels::NodeSelector::parse(
                     "beta.kubernetes.io/instance-type notin (s-2vcpu-4gb)",
                 )
                 .expect("selector"),
@@ -611,9 +611,8 @@ mod tests {
         let config = nodeipam_core::config::validate("10.32.0.0/12", "", NodeMaskFlags::default())
             .expect("valid configuration");
         let selecting = |text: &str| {
-            Sizing::range_allocator(&config).with_node_selector(
-                crate::node_selector::NodeSelector::parse(text).expect("selector"),
-            )
+            Sizing::range_allocator(&config)
+                .with_node_selector(crate::labels::NodeSelector::parse(text).expect("selector"))
         };
         let skip = "spec.podCIDRs[0] \"***HIDDEN***/25\" is not a valid CIDR (not a CIDR: expected address/prefix-length, e.g. 10.244.0.0/16 or fd00:10:244::/56)";
         let report = plan_with_sizing(
@@ -682,7 +681,7 @@ mod tests {
         .expect("valid configuration");
         let findings = |selector: &str| {
             let sizing = Sizing::range_allocator(&dual).with_node_selector(
-                crate::node_selector::NodeSelector::parse(selector).expect("selector"),
+                crate::labels::NodeSelector::parse(selector).expect("selector"),
             );
             let nodes =
                 crate::nodelist::read_nodes(fixture(file).as_bytes(), file, &sizing.label_keys())

@@ -371,11 +371,7 @@ impl Shared {
             self.retry_later(name);
             return;
         };
-        let write_uid = match &decision.action {
-            Action::Assign { uid, .. } => uid.as_deref(),
-            _ => None,
-        };
-        self.apply(name, write_uid.or(record_uid.as_deref()), &decision);
+        self.apply(name, decision.subject_uid(record_uid.as_deref()), &decision);
         match &decision.action {
             Action::Assign { pod_cidrs, uid } => {
                 self.write(name, uid.as_deref(), pod_cidrs.clone()).await;
@@ -454,14 +450,7 @@ impl Shared {
                 self.retry_later(name);
                 return;
             };
-            let fresh_uid = match &decision.action {
-                Action::Assign { .. } => self
-                    .cache
-                    .get(name)
-                    .and_then(|(_, n)| n.uid.map(|u| u.to_string())),
-                _ => None,
-            };
-            self.apply(name, fresh_uid.as_deref().or(uid.as_deref()), &decision);
+            self.apply(name, decision.subject_uid(uid.as_deref()), &decision);
             match decision.action {
                 Action::Assign {
                     pod_cidrs: next,

@@ -2,15 +2,13 @@
 //! flags against kube-controller-manager's rules (through `nodeipam-core`), the node-pool flags,
 //! the leader-election durations (component-base and client-go's rules), and the kcm/ccm flags
 //! this controller reads only to refuse a value it cannot honour.
-
-use std::time::Duration;
-
 use nodeipam_core::{ConfigError, IpamConfig, NodeMaskFlags};
 
 use super::{
     CLOUD_ALLOCATOR, CompatFlags, ControllerFlags, DEFAULT_LEASE_NAME, FOREIGN_LEASE_NAMES,
     IpamFlags, kcm,
 };
+use crate::leader::{JITTER_FACTOR, TimingRule, check_timing};
 use crate::node_pools::{MaskRule, NodePoolError, NodePools, RuleOrigin};
 
 impl CompatFlags {
@@ -142,9 +140,10 @@ impl IpamFlags {
 impl ControllerFlags {
     /// Checks the values clap cannot check one flag at a time, with kube-controller-manager's rules
     /// (component-base `ValidateLeaderElectionConfiguration` and client-go's `NewLeaderElector`),
-    /// only when `--leader-elect` is on (as upstream): every duration > 0, lease duration > renew
-    /// deadline > 1.2 × retry period, a Lease name and namespace. The lease duration must also fit
-    /// a Lease's `spec.leaseDurationSeconds` (whole seconds, an int32), so 1 s ..= 2^31−1 s.
+    /// only when `--leader-elect` is on (as upstream): the timing rules of [`check_timing`] (every
+    /// duration > 0, lease duration > renew deadline > [`JITTER_FACTOR`] × retry period, a lease
+    /// duration that fits a Lease's `spec.leaseDurationSeconds`: 1 s ..= 2^31−1 s), a Lease name
+    /// and namespace.
     ///
     /// # Errors
     /// One line naming the flag.
@@ -155,28 +154,31 @@ impl ControllerFlags {
         let lease = self.leader_elect_lease_duration;
         let renew = self.leader_elect_renew_deadline;
         let retry = self.leader_elect_retry_period;
-        if lease < Duration::from_secs(1) || lease.as_secs() > i32::MAX as u64 {
-            return Err(format!(
-                "--leader-elect-lease-duration={}s must be between 1s and {}s (a Lease holds whole seconds in an int32)",
-                lease.as_secs_f64(),
-                i32::MAX
-            ));
-        }
-        if renew.is_zero() {
-            return Err("--leader-elect-renew-deadline must be greater than zero".to_owned());
-        }
-        if retry.is_zero() {
-            return Err("--leader-elect-retry-period must be greater than zero".to_owned());
-        }
-        if renew >= lease {
-            return Err(format!(
-                "--leader-elect-renew-deadline={renew:?} must be shorter than --leader-elect-lease-duration={lease:?}"
-            ));
-        }
-        if renew.as_secs_f64() <= 1.2 * retry.as_secs_f64() {
-            return Err(format!(
-                "--leader-elect-retry-period={retry:?} is too long: --leader-elect-renew-deadline={renew:?} must exceed 1.2 × the retry period"
-            ));
+        match check_timing(lease, renew, retry) {
+            Ok(()) => {}
+            Err(TimingRule::LeaseDurationRange) => {
+                return Err(format!(
+                    "--leader-elect-lease-duration={}s must be between 1s and {}s (a Lease holds whole seconds in an int32)",
+                    lease.as_secs_f64(),
+                    i32::MAX
+                ));
+            }
+            Err(TimingRule::RenewDeadlineZero) => {
+                return Err("--leader-elect-renew-deadline must be greater than zero".to_owned());
+            }
+            Err(TimingRule::RetryPeriodZero) => {
+                return Err("--leader-elect-retry-period must be greater than zero".to_owned());
+            }
+            Err(TimingRule::RenewDeadlineNotBelowLease) => {
+                return Err(format!(
+                    "--leader-elect-renew-deadline={renew:?} must be shorter than --leader-elect-lease-duration={lease:?}"
+                ));
+            }
+            Err(TimingRule::RenewDeadlineNotAboveJitteredRetry) => {
+                return Err(format!(
+                    "--leader-elect-retry-period={retry:?} is too long: --leader-elect-renew-deadline={renew:?} must exceed {JITTER_FACTOR} × the retry period"
+                ));
+            }
         }
         if self.leader_elect_resource_name.trim().is_empty() {
             return Err("--leader-elect-resource-name must not be empty".to_owned());

@@ -109,13 +109,22 @@ fn rule_syntax_errors_name_the_rule_and_the_fault() {
         ("agentpool=big:ipv4=-1", "is not a mask size"),
         ("agentpool=big:ipv4=129", "is not a mask size"),
         ("agentpool=big:ipv4=0023", "is not a mask size"),
-        ("=big:ipv4=23", "has an empty name"),
-        ("Bad_Prefix/x=big:ipv4=23", "not a DNS subdomain"),
-        ("/x=big:ipv4=23", "prefix that is empty"),
-        ("a/=big:ipv4=23", "has an empty name"),
-        ("-pool=big:ipv4=23", "starting and ending"),
-        ("pool=big!:ipv4=23", "label value \"big!\""),
-        ("pool=a b:ipv4=23", "label value \"a b\""),
+        (
+            "=big:ipv4=23",
+            "invalid label key \"\": name part must be non-empty",
+        ),
+        (
+            "Bad_Prefix/x=big:ipv4=23",
+            "prefix part must be a lowercase DNS subdomain",
+        ),
+        ("/x=big:ipv4=23", "prefix part must be non-empty"),
+        ("a/=big:ipv4=23", "name part must be non-empty"),
+        (
+            "-pool=big:ipv4=23",
+            "must start and end with an alphanumeric",
+        ),
+        ("pool=big!:ipv4=23", "invalid label value \"big!\""),
+        ("pool=a b:ipv4=23", "invalid label value \"a b\""),
     ];
     for (text, fault) in cases {
         let error = MaskRule::parse(text, flag(3)).unwrap_err().to_string();
@@ -133,7 +142,7 @@ fn rule_syntax_errors_name_the_rule_and_the_fault() {
         MaskRule::parse(&long, flag(1))
             .unwrap_err()
             .to_string()
-            .contains("longer than 63")
+            .contains("must be no more than 63 characters")
     );
 }
 

@@ -126,12 +126,6 @@ fn same_hosting(a: &ClusterCidrPool, b: &ClusterCidrPool) -> bool {
     a.ipv4 == b.ipv4 && a.ipv6 == b.ipv6 && a.per_node_host_bits == b.per_node_host_bits
 }
 
-/// Whether `inner` lies inside `outer`: core's [`Cidr::contains`] (same family, at least as long
-/// a prefix, overlapping), the one geometric test of "inside" here.
-pub(super) fn lies_inside(inner: Cidr, outer: Cidr) -> bool {
-    outer.contains(&inner)
-}
-
 impl Allocator {
     /// Replaces the allocator's ClusterCIDR pools with `pools`: the watch's whole current view,
     /// each already read with [`ClusterCidrPool::from_object`] (invalid objects left out by the
@@ -307,8 +301,7 @@ impl Allocator {
             .iter()
             .find(|h| {
                 h.ranges.iter().any(|r| {
-                    lies_inside(cidr, r.cidr())
-                        && h.pool.node_mask_size(r.cidr()) == cidr.prefix_len()
+                    r.cidr().contains(&cidr) && h.pool.node_mask_size(r.cidr()) == cidr.prefix_len()
                 })
             })
             .map(|h| h.pool.name.clone())
@@ -319,16 +312,16 @@ impl Allocator {
         self.pool
             .sets()
             .iter()
-            .position(|set| lies_inside(cidr, set.cluster_cidr()))
+            .position(|set| set.cluster_cidr().contains(&cidr))
     }
 
     /// Forgets the retired ranges no Node (not gone) holds a block inside any more.
     fn retire_unheld(&mut self) {
         let nodes = &self.nodes;
         self.cluster_cidrs.retired.retain(|(_, range)| {
-            nodes.values().any(|r| {
-                r.state != RecordState::Gone && r.held.iter().any(|c| lies_inside(*c, *range))
-            })
+            nodes
+                .values()
+                .any(|r| r.state != RecordState::Gone && r.held.iter().any(|c| range.contains(c)))
         });
     }
 
@@ -392,8 +385,8 @@ impl Allocator {
     fn sets_after_hosting(&self, pool: &ClusterCidrPool) -> usize {
         let mut cidrs: Vec<Cidr> = self.pool.sets().iter().map(CidrSet::cluster_cidr).collect();
         for range in [pool.ipv4, pool.ipv6].into_iter().flatten() {
-            if !cidrs.iter().any(|set| lies_inside(range, *set)) {
-                cidrs.retain(|set| !lies_inside(*set, range));
+            if !cidrs.iter().any(|set| set.contains(&range)) {
+                cidrs.retain(|set| !range.contains(set));
                 cidrs.push(range);
             }
         }
@@ -417,7 +410,7 @@ impl Allocator {
         let grid_of = |table: &[(Cidr, u8)], cidr: Cidr| {
             table
                 .iter()
-                .find(|(set, _)| lies_inside(cidr, *set))
+                .find(|(set, _)| set.contains(&cidr))
                 .map(|(_, grid)| *grid)
         };
         for range in self.cluster_cidrs.ranges_mut() {
@@ -449,7 +442,7 @@ impl Allocator {
             .collect();
         let used = |set: &CidrSet<Vec<u64>>| {
             let cidr = set.cluster_cidr();
-            ranges.iter().any(|r| lies_inside(*r, cidr))
+            ranges.iter().any(|r| cidr.contains(r))
                 || self
                     .nodes
                     .values()

@@ -54,7 +54,6 @@ fn a_later_cluster_cidr_serves_only_when_the_earlier_ones_are_full() {
             action: Action::Fail {
                 reason: reason.to_owned(),
             },
-            patch: None,
             events: vec![EventSpec {
                 kind: EventKind::Warning,
                 reason: reasons::CIDR_NOT_AVAILABLE,
@@ -84,7 +83,7 @@ fn a_later_cluster_cidr_serves_only_when_the_earlier_ones_are_full() {
     a.remove("n2");
     let d = a.decide(&node("n5", &[]));
     assert_eq!(
-        d.patch,
+        d.patch(),
         Some(json!({
             "metadata":{"uid":"uid-n5"},
             "spec":{"podCIDR":"10.0.1.0/24","podCIDRs":["10.0.1.0/24"]}
@@ -190,7 +189,6 @@ fn existing_pod_cidrs_are_matched_to_the_cluster_cidr_that_holds_them() {
             action: Action::Skip {
                 reason: reason.to_owned(),
             },
-            patch: None,
             events: vec![EventSpec {
                 kind: EventKind::Warning,
                 reason: reasons::POD_CIDR_OUT_OF_RANGE,

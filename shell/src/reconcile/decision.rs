@@ -1,5 +1,6 @@
 //! The decision types: what the allocator reads from a Node ([`NodeView`]) and what it returns
-//! ([`Decision`]: the action, the patch, the events, the metric updates and what to do next).
+//! ([`Decision`]: the action, the events, the metric updates and what to do next; the patch an
+//! assignment writes follows from its action, [`Decision::patch`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -260,15 +261,11 @@ pub enum MetricEvent {
     },
 }
 
-/// The outcome of one decision: what to do, what to write, what to report, what next.
+/// The outcome of one decision: what to do (and so what to write), what to report, what next.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
     /// What was decided.
     pub action: Action,
-    /// For [`Action::Assign`]: the strategic-merge patch its CIDRs and uid make
-    /// (`{"metadata":{"uid":…},"spec":{"podCIDR":…,"podCIDRs":[…]}}`, [`pod_cidrs_patch`]), the
-    /// body `controller::patch::assign_pod_cidrs` sends, so a decision shows whole what it writes.
-    pub patch: Option<Value>,
     /// Events to publish on the Node.
     pub events: Vec<EventSpec>,
     /// Metric updates.
@@ -281,21 +278,40 @@ impl Decision {
     pub(super) fn new(action: Action) -> Decision {
         Decision {
             action,
-            patch: None,
             events: Vec::new(),
             metrics: Vec::new(),
             next: Next::Done,
         }
     }
 
-    /// Assign `pod_cidrs` to the Node object `uid`: the action and its patch.
+    /// Assign `pod_cidrs` to the Node object `uid`.
     pub(super) fn assign(pod_cidrs: Vec<Cidr>, uid: Option<&str>) -> Decision {
-        let mut decision = Decision::new(Action::Assign {
-            pod_cidrs: pod_cidrs.clone(),
+        Decision::new(Action::Assign {
+            pod_cidrs,
             uid: uid.map(str::to_owned),
-        });
-        decision.patch = Some(pod_cidrs_patch(&pod_cidrs, uid));
-        decision
+        })
+    }
+
+    /// For [`Action::Assign`]: the strategic-merge patch its CIDRs and uid make
+    /// (`{"metadata":{"uid":…},"spec":{"podCIDR":…,"podCIDRs":[…]}}`), built by
+    /// [`pod_cidrs_patch`], the one builder of the body `controller::patch::assign_pod_cidrs`
+    /// sends. Derived from the action, never stored: what a decision writes has one source.
+    pub fn patch(&self) -> Option<Value> {
+        match &self.action {
+            Action::Assign { pod_cidrs, uid } => Some(pod_cidrs_patch(pod_cidrs, uid.as_deref())),
+            _ => None,
+        }
+    }
+
+    /// The Node object this decision's events are about, after a re-read or a write: an
+    /// assignment's `uid` (the object it was decided on, fresher than any cached copy), else
+    /// `known`, the uid the caller had. The one rule the worker follows wherever it publishes a
+    /// decision's events.
+    pub fn subject_uid<'a>(&'a self, known: Option<&'a str>) -> Option<&'a str> {
+        match &self.action {
+            Action::Assign { uid: Some(uid), .. } => Some(uid),
+            _ => known,
+        }
     }
 
     pub(super) fn then(mut self, next: Next) -> Decision {

@@ -37,7 +37,6 @@ fn an_ipv4_mapped_pod_cidr_reserves_the_ipv4_range_go_reads() {
                     action: Action::Keep {
                         pod_cidrs: held.clone()
                     },
-                    patch: None,
                     events: vec![EventSpec {
                         kind: EventKind::Warning,
                         reason: reasons::POD_CIDR_NOT_CANONICAL,

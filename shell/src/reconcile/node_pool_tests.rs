@@ -70,10 +70,6 @@ fn mixed_pools_from_the_aks_labels() {
                 pod_cidrs: vec![cidr("10.244.0.0/24")],
                 uid: Some("uid-agentpool-0".to_owned()),
             },
-            patch: Some(json!({
-                "metadata": {"uid": "uid-agentpool-0"},
-                "spec": {"podCIDR": "10.244.0.0/24", "podCIDRs": ["10.244.0.0/24"]}
-            })),
             events: vec![],
             // A /24 on the /26 grid: 4 grid blocks, counted as upstream's CidrSet counts blocks.
             metrics: vec![MetricEvent::Allocated {
@@ -83,6 +79,13 @@ fn mixed_pools_from_the_aks_labels() {
             }],
             next: Next::Done,
         }
+    );
+    assert_eq!(
+        d.patch(),
+        Some(json!({
+            "metadata": {"uid": "uid-agentpool-0"},
+            "spec": {"podCIDR": "10.244.0.0/24", "podCIDRs": ["10.244.0.0/24"]}
+        }))
     );
     assert!(a.confirm("agentpool-0", &[cidr("10.244.0.0/24")]));
     let order = [
@@ -169,7 +172,6 @@ fn large_blocks_exhaust_while_small_ones_still_fit() {
             action: Action::Fail {
                 reason: want_reason.to_owned()
             },
-            patch: None,
             events: vec![EventSpec {
                 kind: EventKind::Warning,
                 reason: reasons::CIDR_NOT_AVAILABLE,
@@ -350,7 +352,6 @@ fn unusable_mask_label_is_refused_once_then_served_when_fixed() {
             action: Action::Skip {
                 reason: reason.to_owned()
             },
-            patch: None,
             events: vec![EventSpec {
                 kind: EventKind::Warning,
                 reason: reasons::NODE_CIDR_MASK_LABEL_INVALID,

@@ -5,7 +5,7 @@
 //! belong to another CNI.
 
 use super::*;
-use crate::node_selector::NodeSelector;
+use crate::labels::NodeSelector;
 use crate::test_support::cidr;
 
 const OURS: (&str, &str) = ("example.com/cni", "overlay");
@@ -50,7 +50,7 @@ fn used(allocator: &Allocator) -> u32 {
 
 /// Nothing is written, reported or counted: no patch, no event, no metric but the pool's own.
 fn assert_quiet(decision: &Decision) {
-    assert!(decision.patch.is_none(), "{decision:?}");
+    assert!(decision.patch().is_none(), "{decision:?}");
     assert!(decision.events.is_empty(), "{decision:?}");
     assert!(
         decision.metrics.iter().all(|m| matches!(
@@ -74,7 +74,7 @@ fn a_selected_node_is_served_as_without_a_selector() {
             uid: node.uid.clone(),
         }
     );
-    assert!(decision.patch.is_some());
+    assert!(decision.patch().is_some());
     assert_eq!(used(&a), 1);
 }
 

@@ -38,10 +38,6 @@ fn assigns_in_order_with_upstream_patch() {
                 pod_cidrs: vec![cidr("10.244.0.0/24")],
                 uid: Some("uid-n1".to_owned()),
             },
-            patch: Some(json!({
-                "metadata":{"uid":"uid-n1"},
-                "spec":{"podCIDR":"10.244.0.0/24","podCIDRs":["10.244.0.0/24"]}
-            })),
             events: vec![],
             metrics: vec![MetricEvent::Allocated {
                 cluster_cidr: cidr("10.244.0.0/16"),
@@ -50,6 +46,13 @@ fn assigns_in_order_with_upstream_patch() {
             }],
             next: Next::Done,
         }
+    );
+    assert_eq!(
+        d.patch(),
+        Some(json!({
+            "metadata":{"uid":"uid-n1"},
+            "spec":{"podCIDR":"10.244.0.0/24","podCIDRs":["10.244.0.0/24"]}
+        }))
     );
     assert!(a.is_pending("n1"));
     assert!(a.confirm("n1", &[cidr("10.244.0.0/24")]));
@@ -71,7 +74,7 @@ fn pending_allocation_is_resent_not_reallocated() {
     let first = a.decide(&node("n1", &[]));
     let again = a.decide(&node("n1", &[]));
     assert_eq!(again.action, first.action);
-    assert_eq!(again.patch, first.patch);
+    assert_eq!(again.patch(), first.patch());
     assert!(again.metrics.is_empty() && again.events.is_empty());
     assert_eq!(used(&a), vec![1]);
 }
@@ -114,7 +117,6 @@ fn podcidrs_written_by_another_actor_count_as_occupied_once() {
             action: Action::Keep {
                 pod_cidrs: vec![cidr("10.244.9.0/24")]
             },
-            patch: None,
             events: vec![],
             metrics: vec![MetricEvent::Occupied {
                 cluster_cidr: cidr("10.244.0.0/16"),
@@ -175,7 +177,7 @@ fn exhausted_pool_fails_with_cidr_not_available_then_recovers() {
     a.decide(&node("b", &[]));
     let d = a.decide(&node("c", &[]));
     assert!(matches!(d.action, Action::Fail { .. }), "{d:?}");
-    assert_eq!(d.patch, None);
+    assert_eq!(d.patch(), None);
     assert_eq!(d.events.len(), 1);
     assert_eq!(d.events[0].reason, reasons::CIDR_NOT_AVAILABLE);
     assert_eq!(d.events[0].kind, EventKind::Warning);
@@ -333,7 +335,7 @@ fn skip_rules() {
             "{}: {d:?}",
             case.node.name
         );
-        assert_eq!(d.patch, None);
+        assert_eq!(d.patch(), None);
         assert_eq!(d.events.len(), 1, "{}", case.node.name);
         assert_eq!(d.events[0].reason, case.kind.event_reason());
         // The reserved part is reported as occupied (so the pool gauges move), then the skip.
@@ -412,7 +414,7 @@ fn fixture_03_aks_is_kept_out_of_order() {
     // The next Node gets the first free block after the cursor (0): 10.244.3.0/24.
     let d = a.decide(&node("new", &[]));
     assert_eq!(
-        d.patch,
+        d.patch(),
         Some(json!({
             "metadata":{"uid":"uid-new"},
             "spec":{"podCIDR":"10.244.3.0/24","podCIDRs":["10.244.3.0/24"]}
@@ -458,7 +460,7 @@ fn fixture_12_k0s_ipv6_first_against_ipv4_first_config() {
     // A new Node gets IPv4 first (flag order), one block of each family.
     let d = a.decide(&node("worker-2", &[]));
     assert_eq!(
-        d.patch,
+        d.patch(),
         Some(json!({
             "metadata":{"uid":"uid-worker-2"},
             "spec":{"podCIDR":"10.244.1.0/24","podCIDRs":["10.244.1.0/24","fd00::4:0/110"]}
@@ -525,7 +527,6 @@ fn pod_cidr_with_leading_zeros_is_occupied_as_decimal() {
                 action: Action::Keep {
                     pod_cidrs: held.clone()
                 },
-                patch: None,
                 // R08, at start-up and while running alike.
                 events: vec![EventSpec {
                     kind: EventKind::Warning,
@@ -696,7 +697,6 @@ fn an_unknown_outcome_keeps_the_block_and_sends_the_same_cidrs_again() {
                 pod_cidrs: ours.clone(),
                 reason: "outcome unknown: no answer within 11s; the write may still land, so 10.244.0.0/24 stays reserved and is sent again".to_owned(),
             },
-            patch: None,
             events: vec![],
             metrics: vec![MetricEvent::PatchFailed {
                 error: "unknown_outcome"
@@ -836,7 +836,6 @@ fn podcidrs_set_by_someone_else_release_ours_then_theirs_are_kept() {
             action: Action::Released {
                 pod_cidrs: ours.clone()
             },
-            patch: None,
             events: vec![],
             metrics: vec![
                 MetricEvent::PatchFailed {
@@ -877,7 +876,7 @@ fn a_gone_node_releases_and_its_stale_copy_gets_nothing() {
     // The informer still shows the deleted object: nothing is allocated to it.
     let d = a.decide(&node("n1", &[]));
     assert!(matches!(d.action, Action::Skip { .. }), "{d:?}");
-    assert!(d.metrics.is_empty() && d.events.is_empty() && d.patch.is_none());
+    assert!(d.metrics.is_empty() && d.events.is_empty() && d.patch().is_none());
     assert_eq!(used(&a), vec![0]);
     // A new object of that name is served.
     let mut second = node("n1", &[]);
@@ -903,7 +902,7 @@ fn the_node_replaced_under_a_pending_write_frees_the_old_block() {
         }
     );
     assert_eq!(
-        d.patch,
+        d.patch(),
         Some(json!({
             "metadata":{"uid":"uid-n1-second"},
             "spec":{"podCIDR":"10.244.1.0/24","podCIDRs":["10.244.1.0/24"]}
@@ -1016,7 +1015,7 @@ fn an_informer_behind_a_get_cannot_release_a_write_in_doubt() {
     // The informer's older copy of the first object: nothing changes, read the Node again.
     let stale = a.decide(&first);
     assert!(matches!(stale.action, Action::Skip { .. }), "{stale:?}");
-    assert_eq!((stale.patch, stale.next), (None, Next::Reread));
+    assert_eq!((stale.patch(), stale.next), (None, Next::Reread));
     assert_eq!(stale.metrics, vec![]);
     assert_eq!(a.held("n1"), Some(to_second.as_slice()));
     // The informer's deletion of the first object: nothing released, read the Node again.
@@ -1063,4 +1062,21 @@ fn the_get_after_a_stale_informer_copy_settles_it() {
     let d = a.object_gone("n1", Some("uid-second"));
     assert_eq!(d.action, Action::Released { pod_cidrs: ours });
     assert_eq!(used(&a), vec![0]);
+}
+
+/// The one rule for which Node object a decision's events name (issue 34): an assignment names
+/// the object it was decided on, whatever uid the caller had (a cached or earlier one); any other
+/// decision names the caller's.
+#[test]
+fn events_name_the_assigned_object_else_the_known_uid() {
+    let mut a = allocator("10.244.0.0/16");
+    let assign = a.decide(&node("n1", &[]));
+    assert_eq!(assign.subject_uid(Some("uid-cached")), Some("uid-n1"));
+    assert_eq!(assign.subject_uid(None), Some("uid-n1"));
+    assert!(a.confirm("n1", &[cidr("10.244.0.0/24")]));
+    let keep = a.decide(&node("n1", &["10.244.0.0/24"]));
+    assert!(matches!(keep.action, Action::Keep { .. }));
+    assert_eq!(keep.subject_uid(Some("uid-cached")), Some("uid-cached"));
+    let no_uid = Decision::assign(vec![cidr("10.244.1.0/24")], None);
+    assert_eq!(no_uid.subject_uid(Some("uid-known")), Some("uid-known"));
 }

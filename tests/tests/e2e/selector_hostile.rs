@@ -22,8 +22,8 @@ use common::{
     WAIT, fast_config, init_tracing, ipam, labelled, labelled_items, masks, node_event_count,
     node_like, node_patches, pod_cidrs, spawn, template_node,
 };
+use nodeipam::labels::NodeSelector;
 use nodeipam::node_pools::{NodePools, Sizing};
-use nodeipam::node_selector::NodeSelector;
 use nodeipam_core::IpamConfig;
 use nodeipam_tests::invariants::name_of;
 use nodeipam_tests::sandbox::{FaultAction, FaultRule, PatchType, Resource, Sandbox, Verb};

@@ -23,8 +23,8 @@ use common::{
     WAIT, assert_no_cidr_handed_out_twice, fast_config, init_tracing, ipam, labelled,
     labelled_items, masks, node_like, node_patches, pod_cidrs, spawn, template_node, used,
 };
+use nodeipam::labels::NodeSelector;
 use nodeipam::node_pools::NodePools;
-use nodeipam::node_selector::NodeSelector;
 use nodeipam::plan::plan_with_sizing;
 use nodeipam_tests::invariants::name_of;
 use nodeipam_tests::sandbox::{PatchType, Sandbox};

@@ -9,8 +9,6 @@
 
 use nodeipam_core::{AllocError, Cidr, CidrSet, MAX_BLOCK_BITS, storage_words_for};
 
-use super::lies_inside;
-
 /// Makes the backing sets `sets` (disjoint, any order) host `range` handing out blocks of
 /// `mask` bits (prefix length): afterwards exactly one set contains `range`, on a grid at least
 /// as fine as `mask`, and every address allocated before is still allocated. `known` is every
@@ -34,10 +32,7 @@ pub(super) fn host_range(
             node_mask_size: mask,
         });
     }
-    if let Some(index) = sets
-        .iter()
-        .position(|s| lies_inside(range, s.cluster_cidr()))
-    {
+    if let Some(index) = sets.iter().position(|s| s.cluster_cidr().contains(&range)) {
         if let Some(set) = sets.get_mut(index)
             && mask > set.node_mask_size()
         {
@@ -49,7 +44,7 @@ pub(super) fn host_range(
     let inside: Vec<usize> = sets
         .iter()
         .enumerate()
-        .filter(|(_, s)| lies_inside(s.cluster_cidr(), range))
+        .filter(|(_, s)| range.contains(&s.cluster_cidr()))
         .map(|(i, _)| i)
         .collect();
     let grid = inside
@@ -106,7 +101,7 @@ fn refine(set: &mut CidrSet<Vec<u64>>, old: &CidrSet<Vec<u64>>, known: &[Cidr]) 
     if set.node_mask_size() <= coarse {
         return;
     }
-    let inside = |c: &&Cidr| super::lies_inside(**c, old.cluster_cidr());
+    let inside = |c: &&Cidr| old.cluster_cidr().contains(c);
     let mut blocks: Vec<Cidr> = known
         .iter()
         .filter(inside)

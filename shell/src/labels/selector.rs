@@ -19,18 +19,19 @@
 //! As there: whitespace between tokens is ignored; a KEY or VALUE is a run of characters other
 //! than whitespace and `!=(),<>`; `in`/`notin` are keywords only in operator position; a missing
 //! VALUE after `=`/`!=` is the empty value, and `()`, `(,a)`, `(a,)` contain the empty value;
-//! keys must be qualified names (`[prefix/]name`: a DNS subdomain of at most 253 characters, a
-//! name of at most 63 alphanumerics, `-`, `_`, `.` starting and ending alphanumeric) and values
-//! label values (empty, or a name as above) — apimachinery's `validateLabelKey` and
-//! `validateLabelValue`. Matching: every requirement must hold (`!=` and `notin` hold for a Node
-//! without the key, as upstream). `labels.Parse` also accepts `key>N` and `key<N`; those are
-//! refused here (kube-rs's [`Expression`] and the API's `LabelSelector` have no such operator).
+//! keys and values are checked by [`super::validate_key`] and [`super::validate_value`]
+//! (apimachinery's `validateLabelKey` and `validateLabelValue`). Matching: every requirement must
+//! hold (`!=` and `notin` hold for a Node without the key, as upstream). `labels.Parse` also
+//! accepts `key>N` and `key<N`; those are refused here (kube-rs's [`Expression`] and the API's
+//! `LabelSelector` have no such operator).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::str::FromStr;
 
 use kube::core::{Expression, Selector, SelectorExt};
+
+use super::{InvalidLabel, key_of, validate_key, validate_value};
 
 /// Why a `--node-selector` value is not a label selector. The message names what was found and
 /// what was expected, as apimachinery's parser does.
@@ -44,24 +45,10 @@ pub enum SelectorError {
         /// What the grammar allows there.
         expected: &'static str,
     },
-    /// A key is not a qualified name.
-    #[error("invalid label key {key:?}: {why}")]
-    Key {
-        /// The key as written.
-        key: String,
-        /// The rule it breaks.
-        why: &'static str,
-    },
-    /// A value is not a label value.
-    #[error("invalid label value {value:?} for key {key:?}: {why}")]
-    Value {
-        /// The key the value belongs to.
-        key: String,
-        /// The value as written.
-        value: String,
-        /// The rule it breaks.
-        why: &'static str,
-    },
+    /// A key is not a qualified name, or a value not a label value ([`super::validate_key`],
+    /// [`super::validate_value`]).
+    #[error(transparent)]
+    Label(#[from] InvalidLabel),
     /// `>` or `<`: accepted by `labels.Parse`, not by this controller.
     #[error("operator {0:?} is not supported (use =, ==, !=, in, notin, KEY or !KEY)")]
     Unsupported(&'static str),
@@ -119,17 +106,6 @@ impl FromStr for NodeSelector {
 
     fn from_str(text: &str) -> Result<NodeSelector, SelectorError> {
         NodeSelector::parse(text)
-    }
-}
-
-fn key_of(expression: &Expression) -> &str {
-    match expression {
-        Expression::In(key, _)
-        | Expression::NotIn(key, _)
-        | Expression::Equal(key, _)
-        | Expression::NotEqual(key, _)
-        | Expression::Exists(key)
-        | Expression::DoesNotExist(key) => key,
     }
 }
 
@@ -350,82 +326,6 @@ impl<'a> Parser<'a> {
     }
 }
 
-/// The longest label name or value (apimachinery `validation.LabelValueMaxLength`).
-const NAME_MAX: usize = 63;
-/// The longest key prefix (`validation.DNS1123SubdomainMaxLength`).
-const PREFIX_MAX: usize = 253;
-
-/// apimachinery's `qualifiedNameFmt` for the name part: alphanumerics, `-`, `_`, `.`, starting
-/// and ending alphanumeric, at most 63 characters.
-fn check_name(name: &str) -> Result<(), &'static str> {
-    if name.len() > NAME_MAX {
-        return Err("must be no more than 63 characters");
-    }
-    let bytes = name.as_bytes();
-    let (Some(first), Some(last)) = (bytes.first(), bytes.last()) else {
-        return Err("name part must be non-empty");
-    };
-    if !first.is_ascii_alphanumeric() || !last.is_ascii_alphanumeric() {
-        return Err("must start and end with an alphanumeric character");
-    }
-    if !bytes
-        .iter()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-    {
-        return Err("must consist of alphanumeric characters, '-', '_' or '.'");
-    }
-    Ok(())
-}
-
-/// apimachinery's `IsDNS1123Subdomain`: lower-case labels of alphanumerics and `-` (starting
-/// and ending alphanumeric) joined by `.`, at most 253 characters.
-fn check_prefix(prefix: &str) -> Result<(), &'static str> {
-    const WHY: &str = "prefix part must be a lowercase DNS subdomain (RFC 1123)";
-    if prefix.is_empty() {
-        return Err("prefix part must be non-empty");
-    }
-    if prefix.len() > PREFIX_MAX {
-        return Err("prefix part must be no more than 253 characters");
-    }
-    let label_ok = |label: &str| {
-        let alnum = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-        let bytes = label.as_bytes();
-        bytes.first().is_some_and(alnum)
-            && bytes.last().is_some_and(alnum)
-            && bytes.iter().all(|b| alnum(b) || *b == b'-')
-    };
-    if prefix.split('.').all(label_ok) {
-        Ok(())
-    } else {
-        Err(WHY)
-    }
-}
-
-/// apimachinery's `validateLabelKey` (`IsQualifiedName`).
-pub(crate) fn validate_key(key: &str) -> Result<(), SelectorError> {
-    let checked = match key.split_once('/') {
-        None => check_name(key),
-        Some((prefix, name)) if !name.contains('/') => check_prefix(prefix).and(check_name(name)),
-        Some(_) => Err("a qualified name has at most one '/'"),
-    };
-    checked.map_err(|why| SelectorError::Key {
-        key: key.to_owned(),
-        why,
-    })
-}
-
-/// apimachinery's `validateLabelValue` (`IsValidLabelValue`): empty, or a name.
-pub(crate) fn validate_value(key: &str, value: &str) -> Result<(), SelectorError> {
-    if value.is_empty() {
-        return Ok(());
-    }
-    check_name(value).map_err(|why| SelectorError::Value {
-        key: key.to_owned(),
-        value: value.to_owned(),
-        why,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -506,7 +406,7 @@ mod tests {
         // `|` is no token: "a||y" is one value, an invalid one.
         assert!(matches!(
             NodeSelector::parse("x=a||y=b"),
-            Err(SelectorError::Value { .. })
+            Err(SelectorError::Label(InvalidLabel::Value { .. }))
         ));
         for text in [
             "x==a==b",
@@ -550,7 +450,7 @@ mod tests {
             assert!(
                 matches!(
                     NodeSelector::parse(&format!("{key}=v")),
-                    Err(SelectorError::Key { .. })
+                    Err(SelectorError::Label(InvalidLabel::Key { .. }))
                 ),
                 "{key}"
             );
@@ -559,7 +459,7 @@ mod tests {
             assert!(
                 matches!(
                     NodeSelector::parse(&format!("k in ({value})")),
-                    Err(SelectorError::Value { .. })
+                    Err(SelectorError::Label(InvalidLabel::Value { .. }))
                 ),
                 "{value}"
             );
@@ -749,11 +649,11 @@ mod tests {
         // TestRequirementConstructor's limits: a key of 254 characters, a value of 254, "a b".
         assert!(matches!(
             NodeSelector::parse(&"a".repeat(254)),
-            Err(SelectorError::Key { .. })
+            Err(SelectorError::Label(InvalidLabel::Key { .. }))
         ));
         assert!(matches!(
             NodeSelector::parse(&format!("x16={}", "a".repeat(254))),
-            Err(SelectorError::Value { .. })
+            Err(SelectorError::Label(InvalidLabel::Value { .. }))
         ));
         assert!(NodeSelector::parse("x17=a b").is_err());
         // The longest key upstream accepts: a 253-character prefix and a 63-character name.
