@@ -225,7 +225,7 @@ mod tests {
             .with_writer(move || writer.clone())
             .event_format(KlogJson)
             .finish();
-        tracing::subscriber::with_default(subscriber, emit);
+        crate::test_support::with_test_subscriber(subscriber, emit);
         let text = buffer.text();
         text.lines()
             .map(|l| serde_json::from_str(l).expect("each line is one JSON object"))

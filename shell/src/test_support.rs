@@ -44,8 +44,52 @@ pub(crate) fn logged(f: impl FnOnce()) -> String {
         .with_writer(move || writer.clone())
         .with_ansi(false)
         .finish();
-    tracing::subscriber::with_default(subscriber, f);
+    with_test_subscriber(subscriber, f);
     buffer.text()
+}
+
+/// Runs `f` with `subscriber` as this thread's default, safe beside other tests running in
+/// parallel. `tracing` caches each callsite's interest process-wide, and with no dispatcher
+/// registered it asks the *registering thread's* default: a callsite first reached by a test
+/// running without a subscriber was cached as "never", and a capturing test on another thread
+/// then lost its events (a worker test failed once in a full `cargo test` run, passing alone).
+/// So a global default is installed once that is interested in every callsite "sometimes" and
+/// enables nothing itself: no callsite is ever cached as "never", and each event asks the
+/// emitting thread's default.
+pub(crate) fn with_test_subscriber(
+    subscriber: impl tracing::Subscriber + Send + Sync + 'static,
+    f: impl FnOnce(),
+) {
+    static ANCHOR: std::sync::Once = std::sync::Once::new();
+    ANCHOR.call_once(|| {
+        // Fails only if a global default exists already, which anchors the cache as well.
+        let _ = tracing::subscriber::set_global_default(InterestAnchor);
+        tracing::callsite::rebuild_interest_cache();
+    });
+    tracing::subscriber::with_default(subscriber, f);
+}
+
+/// The global default of the crate's unit tests ([`with_test_subscriber`]).
+struct InterestAnchor;
+
+impl tracing::Subscriber for InterestAnchor {
+    fn register_callsite(
+        &self,
+        _: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        tracing::subscriber::Interest::sometimes()
+    }
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        false
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, _: &tracing::Event<'_>) {}
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
 }
 
 /// The view of a Node `name` holding `pod_cidrs` (uid `uid-<name>`, no labels, not deleting).
