@@ -86,7 +86,7 @@ pub struct Cli {
 /// `--help`'s closing section: the environment and the exit statuses.
 const AFTER_HELP: &str = "\
 Every other kube-controller-manager and cloud-controller-manager flag is accepted and ignored
-(each one given is listed once at start-up with the reason); README's flag table lists them all.
+(each one given is listed once at start-up with the reason); docs/kcm-flags.md lists them all.
 
 Environment:
   RUST_LOG       log filter (tracing EnvFilter syntax, e.g. `info,nodeipam=debug`); when set it

@@ -1,7 +1,7 @@
 //! kube-controller-manager's command line: real kcm/ccm command lines (kubeadm's static Pod,
 //! cloud-provider-azure's CCM and KCM manifests, `fixtures/commandlines/`) parse to the expected
 //! configuration; pflag's value forms; the refusals; `plan` with a pasted kcm command line; the
-//! README flag table; `--help`, `--version`, completions; the start-up line in JSON; the
+//! docs/kcm-flags.md flag table; `--help`, `--version`, completions; the start-up line in JSON; the
 //! diagnostics as `plan` notes.
 
 use std::collections::BTreeSet;
@@ -385,21 +385,21 @@ fn plan_accepts_the_kubeadm_command_line() {
     );
 }
 
-/// README's flag table is exactly the rendered table of every kcm/ccm flag.
+/// docs/kcm-flags.md's flag table is exactly the rendered table of every kcm/ccm flag.
 #[test]
 fn readme_flag_table_lists_every_flag() {
-    let readme = std::fs::read_to_string(path("README.md")).expect("README");
+    let readme = std::fs::read_to_string(path("docs/kcm-flags.md")).expect("docs/kcm-flags.md");
     let begin = "<!-- kcm-flags:begin -->\n";
     let end = "<!-- kcm-flags:end -->";
     let start = readme
         .find(begin)
-        .expect("README has the flag table markers")
+        .expect("docs/kcm-flags.md has the flag table markers")
         + begin.len();
     let stop = readme[start..].find(end).expect("end marker") + start;
     let table = flags::kcm::markdown_table();
     assert!(
         readme[start..stop] == table,
-        "README's flag table is out of date; replace it with:\n{table}"
+        "docs/kcm-flags.md's flag table is out of date; replace it with:\n{table}"
     );
     for flag in flags::kcm::KCM_FLAGS {
         let cell = if flag.name == "v" {

@@ -345,7 +345,7 @@ fn reads_stdin_and_prints_a_table() {
     assert!(table.contains("10.244.0.0/16"), "{table}");
 }
 
-/// README's `--node-selector` example, byte for byte: the AKS Nodes of another CNI are `ignore`,
+/// docs/node-selector.md's `--node-selector` example, byte for byte: the AKS Nodes of another CNI are `ignore`,
 /// their blocks reserved (USED 3), exit 0.
 #[test]
 fn node_selector_ignores_unselected_nodes() {
@@ -357,14 +357,17 @@ fn node_selector_ignores_unselected_nodes() {
     ]);
     assert_eq!(out.status.code(), Some(0));
     let table = String::from_utf8_lossy(&out.stdout);
-    let readme = std::fs::read_to_string(format!("{}/../README.md", env!("CARGO_MANIFEST_DIR")))
-        .expect("README");
+    let readme = std::fs::read_to_string(format!(
+        "{}/../docs/node-selector.md",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .expect("docs/node-selector.md");
     let example = readme
         .split("--node-selector='agentpool!=agentpool'")
         .nth(1)
         .and_then(|rest| rest.split("```text\n").nth(1))
         .and_then(|rest| rest.split("```").next())
-        .expect("README has the example's output");
+        .expect("docs/node-selector.md has the example's output");
     assert_eq!(table, example);
     assert!(table.contains(
         "aks-agentpool-11223344-vmss000002  ignore  10.244.0.0/24  not selected by --node-selector; 10.244.0.0/24 stays reserved"

@@ -22,7 +22,7 @@ use crate::leader::{Leadership, WriteIntent, WriteIntents};
 ///   previous process sent just before it died may still be applied until that write's own
 ///   deadline (`timeout=` = the request timeout); the first list, and with it every allocation,
 ///   waits for this instant (`pipeline::run`). This is a timing assumption: see README's
-///   guarantees for what it does not cover.
+///   "Never one CIDR for two Nodes" for what it does not cover.
 /// - Liveness: with leader election, only while the Lease is surely ours for longer than a whole
 ///   write ([`Leadership::may_start_write`]): a leader that cannot renew stops sending before a
 ///   standby may take over, so its writes are not refused after the fact (the intent already

@@ -15,7 +15,7 @@
 //! manifest still starts.
 //!
 //! [`KCM_FLAGS`] is the one table: [`super::command`] adds every flag that is not implemented as a
-//! hidden, accepted argument; the README's flag table is rendered from it
+//! hidden, accepted argument; docs/kcm-flags.md's flag table is rendered from it
 //! ([`markdown_table`], checked by a test). This controller's own flags, which no kcm or ccm has
 //! (the node-pool flags of `CloudAllocator`, the workers, the metrics and health addresses), are
 //! rows of the same table with the source [`Source::Ours`], so that it lists every flag the
@@ -51,7 +51,7 @@ pub enum Source {
 }
 
 impl Source {
-    /// Short text for the README table.
+    /// Short text for the flag table (docs/kcm-flags.md).
     pub fn label(self) -> &'static str {
         match self {
             Source::Kcm => "kcm",
@@ -226,7 +226,7 @@ pub fn node_ipam_enabled<S: AsRef<str>>(entries: &[S]) -> bool {
     star
 }
 
-/// The README table of every flag (markdown), rendered from [`KCM_FLAGS`].
+/// The flag table of every flag (docs/kcm-flags.md) (markdown), rendered from [`KCM_FLAGS`].
 pub fn markdown_table() -> String {
     let mut out = String::from("| flag | from | here |\n|---|---|---|\n");
     for f in KCM_FLAGS {

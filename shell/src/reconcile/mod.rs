@@ -5,7 +5,7 @@
 //! applies decisions (linkerd policy-controller style).
 //!
 //! Rules (kube-controller-manager's range allocator, `pkg/controller/nodeipam/ipam/range_allocator.go`,
-//! with the fixes listed in README "Where we differ"):
+//! with the fixes listed in docs/kcm-differences.md):
 //! - at start-up every existing podCIDR is occupied before anything is allocated
 //!   ([`Allocator::startup_occupy`]); upstream once handed out 27 duplicates in an 800-Node cluster
 //!   by allocating first;

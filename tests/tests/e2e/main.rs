@@ -52,9 +52,10 @@ mod clustercidr_objects_hostile;
 mod node_pools;
 mod selector_hostile;
 
-// Secure serving, RBAC and the manifests (`.ci/run`'s deploy and chart steps run these modules
+// Secure serving, RBAC, the manifests and the documentation's links (`.ci/run`'s deploy and chart steps run these modules
 // by name with NODEIPAM_REQUIRE_KUBECTL / NODEIPAM_MANIFESTS / NODEIPAM_REQUIRE_HELM).
 mod deploy_manifests;
+mod docs_links;
 mod helm_chart;
 mod rbac;
 mod secure_serving;

@@ -17,8 +17,8 @@ use nodeipam_tests::invariants::{name_of, pod_cidrs_of};
 use nodeipam_tests::sandbox::fixture;
 use serde_json::json;
 
-/// One fixture of `fixtures/nodes/` with the flags `plan` is given for it (README's `plan`
-/// examples; the same table as tests/tests/e2e/fixtures.rs and shell/tests/plan.rs).
+/// One fixture of `fixtures/nodes/` with the flags `plan` is given for it (README's and docs/plan.md's
+/// `plan` examples; the same table as tests/tests/e2e/fixtures.rs and shell/tests/plan.rs).
 struct FixtureCase {
     file: &'static str,
     cluster: &'static str,

@@ -16,7 +16,7 @@ const REVIEW_CACHE: &str =
     "the secure port caches TokenReview and SubjectAccessReview answers for kcm's default, 10 s";
 const TLS_DEFAULTS: &str = "the secure port uses rustls's defaults: TLS 1.2 and 1.3 with their safe cipher suites and key-exchange groups";
 const HTTP1_ONLY: &str = "the secure port serves HTTP/1.1 only";
-const METRICS: &str = "this controller's metric set is fixed (see README, Metrics)";
+const METRICS: &str = "this controller's metric set is fixed (see docs/operations.md, metrics)";
 const LOG_STREAM: &str = "every log line goes to stderr, unbuffered";
 const PROFILING: &str = "no /debug/pprof endpoint is served";
 const KLOG_REMOVED: &str =
@@ -43,7 +43,7 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
     flag("allow-metric-labels", Value, Both, Ignored(METRICS)),
     flag("allow-metric-labels-manifest", Value, Both, Ignored(METRICS)),
     flag("allow-node-mask-label", Bool, Ours, Implemented(
-        "with `--cidr-allocator-type=CloudAllocator`: the Nodes' `nodeipam.io/node-cidr-mask-size-ipv4`/`-ipv6` labels size their blocks, before the rules, within `--node-mask-label-range` (see README, Node pools)")),
+        "with `--cidr-allocator-type=CloudAllocator`: the Nodes' `nodeipam.io/node-cidr-mask-size-ipv4`/`-ipv6` labels size their blocks, before the rules, within `--node-mask-label-range` (see docs/node-pools.md)")),
     flag("allow-untagged-cloud", Bool, Both, Ignored(CLOUD)),
     flag("alsologtostderr", Bool, KcmRemoved, Ignored(KLOG_REMOVED)),
     flag("attach-detach-reconcile-sync-period", Value, Kcm, Ignored(OTHER_CONTROLLER)),
@@ -65,14 +65,14 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
     // kcm's `CloudAllocator` "uses cloud platform support to do node CIDR range allocations"
     // (`pkg/controller/nodeipam/ipam/cidr_allocator.go`); ours is cloud-provider-azure's.
     flag("cidr-allocator-type", Value, Both, Implemented(
-        "`RangeAllocator` (the default: every Node gets the node CIDR mask size), `CloudAllocator` (per-Node sizes from `--node-cidr-mask-size-rule` and the mask labels, as cloud-provider-azure's allocator sizes its node pools; kcm's `CloudAllocator` takes the ranges from the cloud instead) or `MultiCIDRRangeAllocator` (KEP-2593's, removed from kcm after 1.28: the flag CIDRs are the default pool and `nodeipam.io/v1alpha1` ClusterCIDR objects add pools with node selectors at run time; needs the CRD, see [Growing the pod network](#growing-the-pod-network)); any other type exits 2")),
+        "`RangeAllocator` (the default: every Node gets the node CIDR mask size), `CloudAllocator` (per-Node sizes from `--node-cidr-mask-size-rule` and the mask labels, as cloud-provider-azure's allocator sizes its node pools; kcm's `CloudAllocator` takes the ranges from the cloud instead) or `MultiCIDRRangeAllocator` (KEP-2593's, removed from kcm after 1.28: the flag CIDRs are the default pool and `nodeipam.io/v1alpha1` ClusterCIDR objects add pools with node selectors at run time; needs the CRD, see [Growing the pod network](growing-the-pod-network.md)); any other type exits 2")),
     flag("client-ca-file", Value, Both, Ignored(CLIENT_CERT_AUTH)),
     flag("cloud-config", Value, Both, Ignored(CLOUD)),
     flag("cloud-config-key", Value, AzureCcm, Ignored(CLOUD)),
     flag("cloud-config-secret-name", Value, AzureCcm, Ignored(CLOUD)),
     flag("cloud-config-secret-namespace", Value, AzureCcm, Ignored(CLOUD)),
     flag("cloud-provider", Value, Both, Ignored(CLOUD)),
-    flag("cluster-cidr", Value, Both, Implemented("as kcm, and more than one CIDR per family (at most 8 in all, none overlapping; kcm refuses a second of a family): within a family they are used in the order given, a later one only when the earlier ones have no free block of the size a Node needs; the first entry's family is `spec.podCIDR`'s; the mask-size flags apply per family, to each CIDR of it (see [Growing the pod network](#growing-the-pod-network))")),
+    flag("cluster-cidr", Value, Both, Implemented("as kcm, and more than one CIDR per family (at most 8 in all, none overlapping; kcm refuses a second of a family): within a family they are used in the order given, a later one only when the earlier ones have no free block of the size a Node needs; the first entry's family is `spec.podCIDR`'s; the mask-size flags apply per family, to each CIDR of it (see [Growing the pod network](growing-the-pod-network.md))")),
     flag("cluster-name", Value, Both, Ignored(
         "names cloud resources; this controller does not use it")),
     flag("cluster-signing-cert-file", Value, Kcm, Ignored(OTHER_CONTROLLER)),
@@ -117,7 +117,7 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
     flag("controllers", Value, Both, Implemented(
         "read as kcm does (`*`, `name`, `-name`; first match wins; the node IPAM controller is `nodeipam`/`node-ipam-controller` in kcm and `node-ipam` in cloud-provider-azure's ccm); a list that disables it exits 2, since this process is that controller; other names are not checked")),
     flag("deleted-node-cidr-quarantine", Value, Ours, Implemented(
-        "how long the pod CIDRs of a deleted Node stay reserved for its name before a Node waiting for a block may take them (default `10s`; `0` releases them at once). `kubectl replace --force` creates the Node again one request after the deletion completes (milliseconds), a restore or a scripted delete-and-create within seconds: 10 s covers those and the watch's delivery lag, so the re-created Node keeps its block (or gets it back if it has no podCIDRs) instead of a waiting Node taking it. Liveness only: a quarantine that ends first leaves the re-created Node holding a block given away, reported as `PodCIDRConflict`, never kept twice (see README, Deleted Nodes)")),
+        "how long the pod CIDRs of a deleted Node stay reserved for its name before a Node waiting for a block may take them (default `10s`; `0` releases them at once). `kubectl replace --force` creates the Node again one request after the deletion completes (milliseconds), a restore or a scripted delete-and-create within seconds: 10 s covers those and the watch's delivery lag, so the re-created Node keeps its block (or gets it back if it has no podCIDRs) instead of a waiting Node taking it. Liveness only: a quarantine that ends first leaves the re-created Node holding a block given away, reported as `PodCIDRConflict`, never kept twice (see docs/deleted-nodes.md)")),
     flag("deployment-controller-sync-period", Value, KcmRemoved, Ignored(OTHER_CONTROLLER)),
     flag("disable-attach-detach-reconcile-sync", Bool, Kcm, Ignored(OTHER_CONTROLLER)),
     flag("disable-force-detach-on-timeout", Bool, Kcm, Ignored(OTHER_CONTROLLER)),
@@ -192,7 +192,7 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
     flag("node-cidr-mask-size-ipv4", Value, Both, Implemented("as kcm")),
     flag("node-cidr-mask-size-ipv6", Value, Both, Implemented("as kcm")),
     flag("node-cidr-mask-size-rule", Value, Ours, Implemented(
-        "with `--cidr-allocator-type=CloudAllocator`, repeatable: `KEY=VALUE:ipv4=N,ipv6=M` gives the Nodes whose label KEY equals VALUE /N and /M blocks; the first matching rule wins (see README, Node pools)")),
+        "with `--cidr-allocator-type=CloudAllocator`, repeatable: `KEY=VALUE:ipv4=N,ipv6=M` gives the Nodes whose label KEY equals VALUE /N and /M blocks; the first matching rule wins (see docs/node-pools.md)")),
     flag("node-cidr-mask-size-rules-file", Value, Ours, Implemented(
         "with `--cidr-allocator-type=CloudAllocator`: more rules in `--node-cidr-mask-size-rule`'s syntax, one per line, after the flags' rules")),
     flag("node-cidr-update-workers", Value, Ours, Implemented(
@@ -205,7 +205,7 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
     flag("node-monitor-grace-period", Value, Kcm, Ignored(OTHER_CONTROLLER)),
     flag("node-monitor-period", Value, Both, Ignored(OTHER_CONTROLLER)),
     flag("node-selector", Value, Ours, Implemented(
-        "serve only the Nodes this label selector selects (`a=b,c!=d,e in (x,y),!f`; default every Node); the others are never written, and the podCIDRs they have stay occupied (see README, Serving some Nodes)")),
+        "serve only the Nodes this label selector selects (`a=b,c!=d,e in (x,y),!f`; default every Node); the others are never written, and the podCIDRs they have stay occupied (see docs/node-selector.md)")),
     flag("node-startup-grace-period", Value, Kcm, Ignored(OTHER_CONTROLLER)),
     flag("node-status-update-frequency", Value, Ccm, Ignored(OTHER_CONTROLLER)),
     flag("node-sync-period", Value, Both, Ignored("deprecated no-op upstream")),
@@ -256,9 +256,9 @@ pub const KCM_FLAGS: &[KcmFlag] = &[
         "the secure port serves one certificate (`--tls-cert-file` or the self-signed one) whatever the SNI name")),
     flag("unhealthy-zone-threshold", Value, Kcm, Ignored(OTHER_CONTROLLER)),
     flag("use-service-account-credentials", Bool, Both, Ignored(
-        "requests use the --kubeconfig (or in-cluster) credentials; kcm's node IPAM controller would use the kube-system/node-controller service account: grant this controller's identity the RBAC in README")),
+        "requests use the --kubeconfig (or in-cluster) credentials; kcm's node IPAM controller would use the kube-system/node-controller service account: grant this controller's identity the RBAC in docs/install.md")),
     flag("v", Value, Both, Implemented(
-        "klog verbosity (`-v N`, `--v=N`), mapped onto log levels (see README, Logs)")),
+        "klog verbosity (`-v N`, `--v=N`), mapped onto log levels (see docs/logs.md)")),
     flag("vmodule", Value, Both, Ignored("per-module levels are set with RUST_LOG")),
     flag("webhook-bind-address", Value, Ccm, Ignored(OTHER_CONTROLLER)),
     flag("webhook-cert-dir", Value, Ccm, Ignored(OTHER_CONTROLLER)),
