@@ -37,9 +37,8 @@ mod switch_over;
 use std::net::IpAddr;
 
 use harness::{
-    BUSYBOX_IMAGE, CLUSTER_CIDR, CONTROLLER_REPOSITORY, CONTROLLER_SELECTOR, Cluster, NODE_NAME,
-    SERVICE_CIDR, lease_holder_pod, metric_value, node_ready, pod_ready, render_deploy, repo_root,
-    scrape, wait_for,
+    BUSYBOX_IMAGE, CLUSTER_CIDR, CONTROLLER_SELECTOR, Cluster, NODE_NAME, lease_holder_pod,
+    metric_value, node_ready, pod_ready, render_deploy, scrape, wait_for,
 };
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -230,18 +229,7 @@ async fn helm_chart_bootstraps_its_own_node_and_is_scraped() {
 
     // As the README tells users: the chart, kube-controller-manager's cluster CIDR and service
     // range, our image; everything else the chart's defaults (two replicas).
-    let chart = repo_root().join("charts/nodeipam");
-    cluster.helm(&[
-        "install",
-        "nodeipam",
-        chart.to_str().unwrap(),
-        "--namespace=kube-system",
-        &format!("--set=controller.clusterCIDR={CLUSTER_CIDR}"),
-        &format!("--set=controller.serviceClusterIPRange={SERVICE_CIDR}"),
-        &format!("--set=image.repository={CONTROLLER_REPOSITORY}"),
-        &format!("--set=image.tag={}", cluster.controller_tag()),
-        "--set=prometheus.serviceMonitor.enabled=true",
-    ]);
+    cluster.helm_install(&["--set=prometheus.serviceMonitor.enabled=true"]);
 
     assert_controller_bootstraps_its_node(&client, &cluster).await;
 
