@@ -21,7 +21,8 @@
 //! and `kustomize_deploy_bootstraps_its_own_node`; (5) the scrape in the first test; (2) the
 //! switch-over from kube-controller-manager and back, `switch_over::…` (its own module); (3) 100
 //! hollow Nodes and 10 minutes of heartbeats, `scale::…`, ignored (long; run it with
-//! `-- --ignored scale`).
+//! `-- --ignored scale`); (4) `helm upgrade` to a new tag, `upgrade::…`, with one replica on the
+//! one real Node (the PodDisruptionBudget, the Lease's hand-over), not yet two replicas on two.
 //!
 //! On a failure the cluster's logs are copied to `real-cluster-logs/<test>/` in the Cargo target
 //! folder (`$CARGO_TARGET_DIR`, default `target/`).
@@ -33,6 +34,8 @@ mod harness;
 mod scale;
 #[path = "real_cluster/switch_over.rs"]
 mod switch_over;
+#[path = "real_cluster/upgrade.rs"]
+mod upgrade;
 
 use std::net::IpAddr;
 

@@ -158,6 +158,17 @@ impl Cluster {
         self.helm(&args);
     }
 
+    /// `ctr -n k8s.io ARGS` on the cluster's containerd.
+    pub(crate) fn ctr(&self, args: &[&str]) -> String {
+        let mut command = Command::new("ctr");
+        command
+            .arg("--address")
+            .arg(self.state.join("containerd/containerd.sock"))
+            .args(["-n", "k8s.io"])
+            .args(args);
+        run(command, None)
+    }
+
     /// `cluster.sh ARGS` on this cluster (`kcm …`, `hollow add|delete …`).
     pub(crate) fn cluster_sh(&self, args: &[&str]) {
         let mut command = cluster_sh();
@@ -352,6 +363,25 @@ pub(crate) async fn all_served(
     .await;
     assert_no_duplicate(&cidrs);
     cidrs
+}
+
+/// Per Node, the field managers that own `spec.podCIDR` (who wrote it).
+pub(crate) async fn pod_cidr_writers(client: &Client) -> BTreeMap<String, Vec<String>> {
+    per_node(client, |node| {
+        node.metadata
+            .managed_fields
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|entry| {
+                entry
+                    .fields_v1
+                    .as_ref()
+                    .is_some_and(|f| f.0.pointer("/f:spec/f:podCIDR").is_some())
+            })
+            .filter_map(|entry| entry.manager)
+            .collect()
+    })
+    .await
 }
 
 /// Panics when two Nodes hold the same podCIDR.
