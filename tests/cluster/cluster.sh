@@ -649,6 +649,21 @@ stop_pid() {
     sleep 0.2
 }
 
+# stop_pids PIDFILE...: SIGTERM to all at once, SIGKILL to those still running 10 s later.
+stop_pids() {
+    local p pids=() i
+    for p in "$@"; do
+        [[ -f "$p" ]] && kill -TERM "$(cat "$p")" 2>/dev/null && pids+=("$(cat "$p")")
+    done
+    for ((i = 0; i < 50 && ${#pids[@]} > 0; i++)); do
+        for p in "${!pids[@]}"; do
+            kill -0 "${pids[$p]}" 2>/dev/null || unset 'pids[p]'
+        done
+        ((${#pids[@]} == 0)) || sleep 0.2
+    done
+    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+}
+
 # Processes started by our containerd: its shims carry our socket path on their command line.
 our_shims() {
     local p
@@ -678,17 +693,16 @@ down_locked() {
         mkdir -p "$NODEIPAM_CLUSTER_KEEP_LOGS"
         cp -a "$STATE/logs/." "$NODEIPAM_CLUSTER_KEEP_LOGS/" || true
         # The containers' logs (the controller's among them), as the kubelet wrote them.
-        [[ -d /var/log/pods ]] && ! grep -qx /var/log/pods "$STATE/host/paths" 2>/dev/null &&
+        if [[ -d /var/log/pods ]] && ! grep -qx /var/log/pods "$STATE/host/paths" 2>/dev/null; then
             cp -a /var/log/pods "$NODEIPAM_CLUSTER_KEEP_LOGS/pods" 2>/dev/null || true
+        fi
         log "logs copied to $NODEIPAM_CLUSTER_KEEP_LOGS"
     fi
     # No new Pods, then let the kubelet stop its Pods the ordinary way (CNI DEL frees the address,
     # the sandbox's network namespace goes).
     stop_pid kube-controller-manager
     stop_pid kube-scheduler
-    for p in "$STATE"/pids/hollow-*; do
-        [[ -f "$p" ]] && stop_pid "$(basename "$p")"
-    done
+    stop_pids "$STATE"/pids/hollow-*
     if [[ -f "$STATE/pids/kubelet" ]] && kill -0 "$(cat "$STATE/pids/kubelet")" 2>/dev/null &&
         apiserver_ready 2>/dev/null; then
         KUBECTL delete pods --all-namespaces --all --grace-period=0 --force --wait=false \

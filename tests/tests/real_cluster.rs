@@ -21,7 +21,8 @@
 //! and `kustomize_deploy_bootstraps_its_own_node`; (5) the scrape in the first test; (2) the
 //! switch-over from kube-controller-manager and back, `switch_over::…` (its own module); (3) 100
 //! hollow Nodes and 10 minutes of heartbeats, `scale::…`, ignored (long; run it with
-//! `-- --ignored scale`).
+//! `-- --ignored scale`); (4) `helm upgrade` to a new tag, `upgrade::…`, with one replica on the
+//! one real Node (the PodDisruptionBudget, the Lease's hand-over), not yet two replicas on two.
 //!
 //! On a failure the cluster's logs are copied to `real-cluster-logs/<test>/` in the Cargo target
 //! folder (`$CARGO_TARGET_DIR`, default `target/`).
@@ -33,13 +34,14 @@ mod harness;
 mod scale;
 #[path = "real_cluster/switch_over.rs"]
 mod switch_over;
+#[path = "real_cluster/upgrade.rs"]
+mod upgrade;
 
 use std::net::IpAddr;
 
 use harness::{
-    BUSYBOX_IMAGE, CLUSTER_CIDR, CONTROLLER_REPOSITORY, CONTROLLER_SELECTOR, Cluster, NODE_NAME,
-    SERVICE_CIDR, lease_holder_pod, metric_value, node_ready, pod_ready, render_deploy, repo_root,
-    scrape, wait_for,
+    BUSYBOX_IMAGE, CLUSTER_CIDR, CONTROLLER_SELECTOR, Cluster, NODE_NAME, lease_holder_pod,
+    metric_value, node_ready, pod_ready, render_deploy, scrape, wait_for,
 };
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -230,18 +232,7 @@ async fn helm_chart_bootstraps_its_own_node_and_is_scraped() {
 
     // As the README tells users: the chart, kube-controller-manager's cluster CIDR and service
     // range, our image; everything else the chart's defaults (two replicas).
-    let chart = repo_root().join("charts/nodeipam");
-    cluster.helm(&[
-        "install",
-        "nodeipam",
-        chart.to_str().unwrap(),
-        "--namespace=kube-system",
-        &format!("--set=controller.clusterCIDR={CLUSTER_CIDR}"),
-        &format!("--set=controller.serviceClusterIPRange={SERVICE_CIDR}"),
-        &format!("--set=image.repository={CONTROLLER_REPOSITORY}"),
-        &format!("--set=image.tag={}", cluster.controller_tag()),
-        "--set=prometheus.serviceMonitor.enabled=true",
-    ]);
+    cluster.helm_install(&["--set=prometheus.serviceMonitor.enabled=true"]);
 
     assert_controller_bootstraps_its_node(&client, &cluster).await;
 

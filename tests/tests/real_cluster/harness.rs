@@ -136,6 +136,39 @@ impl Cluster {
         run(command, None)
     }
 
+    /// `helm install nodeipam charts/nodeipam` in kube-system as the README tells users: the
+    /// cluster CIDR and service range, our image, then `extra` (`--set=…`); the rest the chart's
+    /// defaults.
+    pub(crate) fn helm_install(&self, extra: &[&str]) {
+        let chart = repo_root().join("charts/nodeipam");
+        let values = [
+            format!("--set=controller.clusterCIDR={CLUSTER_CIDR}"),
+            format!("--set=controller.serviceClusterIPRange={SERVICE_CIDR}"),
+            format!("--set=image.repository={CONTROLLER_REPOSITORY}"),
+            format!("--set=image.tag={}", self.controller_tag()),
+        ];
+        let mut args = vec![
+            "install",
+            "nodeipam",
+            chart.to_str().unwrap(),
+            "--namespace=kube-system",
+        ];
+        args.extend(values.iter().map(String::as_str));
+        args.extend(extra);
+        self.helm(&args);
+    }
+
+    /// `ctr -n k8s.io ARGS` on the cluster's containerd.
+    pub(crate) fn ctr(&self, args: &[&str]) -> String {
+        let mut command = Command::new("ctr");
+        command
+            .arg("--address")
+            .arg(self.state.join("containerd/containerd.sock"))
+            .args(["-n", "k8s.io"])
+            .args(args);
+        run(command, None)
+    }
+
     /// `cluster.sh ARGS` on this cluster (`kcm …`, `hollow add|delete …`).
     pub(crate) fn cluster_sh(&self, args: &[&str]) {
         let mut command = cluster_sh();
@@ -295,8 +328,8 @@ pub(crate) fn pod_ready(pod: &Pod) -> bool {
     )
 }
 
-/// Every Node's `spec.podCIDRs` (empty: none yet).
-pub(crate) async fn pod_cidrs(client: &Client) -> BTreeMap<String, Vec<String>> {
+/// `f` of every Node, by name.
+pub(crate) async fn per_node<T>(client: &Client, f: impl Fn(Node) -> T) -> BTreeMap<String, T> {
     let nodes: Api<Node> = Api::all(client.clone());
     nodes
         .list(&ListParams::default())
@@ -304,11 +337,51 @@ pub(crate) async fn pod_cidrs(client: &Client) -> BTreeMap<String, Vec<String>> 
         .unwrap()
         .items
         .into_iter()
-        .map(|node| {
-            let cidrs = node.spec.and_then(|s| s.pod_cidrs).unwrap_or_default();
-            (node.metadata.name.unwrap(), cidrs)
-        })
+        .map(|node| (node.metadata.name.clone().unwrap(), f(node)))
         .collect()
+}
+
+/// Every Node's `spec.podCIDRs` (empty: none yet).
+pub(crate) async fn pod_cidrs(client: &Client) -> BTreeMap<String, Vec<String>> {
+    per_node(client, |node| {
+        node.spec.and_then(|s| s.pod_cidrs).unwrap_or_default()
+    })
+    .await
+}
+
+/// Waits until there are `nodes` Nodes and every one has a podCIDR; returns them all, checked
+/// for duplicates.
+pub(crate) async fn all_served(
+    client: &Client,
+    what: &str,
+    nodes: usize,
+) -> BTreeMap<String, Vec<String>> {
+    let cidrs = wait_for(what, || async {
+        let cidrs = pod_cidrs(client).await;
+        (cidrs.len() == nodes && cidrs.values().all(|c| !c.is_empty())).then_some(cidrs)
+    })
+    .await;
+    assert_no_duplicate(&cidrs);
+    cidrs
+}
+
+/// Per Node, the field managers that own `spec.podCIDR` (who wrote it).
+pub(crate) async fn pod_cidr_writers(client: &Client) -> BTreeMap<String, Vec<String>> {
+    per_node(client, |node| {
+        node.metadata
+            .managed_fields
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|entry| {
+                entry
+                    .fields_v1
+                    .as_ref()
+                    .is_some_and(|f| f.0.pointer("/f:spec/f:podCIDR").is_some())
+            })
+            .filter_map(|entry| entry.manager)
+            .collect()
+    })
+    .await
 }
 
 /// Panics when two Nodes hold the same podCIDR.

@@ -11,10 +11,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams};
 
-use crate::harness::{
-    CLUSTER_CIDR, CONTROLLER_REPOSITORY, Cluster, SERVICE_CIDR, assert_no_duplicate,
-    lease_holder_pod, pod_cidrs, repo_root, run, wait_for,
-};
+use crate::harness::{Cluster, all_served, lease_holder_pod, pod_cidrs, run, wait_for};
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name).map_or(default, |v| {
@@ -96,18 +93,7 @@ async fn hollow_nodes_served_and_what_their_heartbeats_cost() {
     };
     let cluster = Cluster::up("scale");
     let client = cluster.client().await;
-    let chart = repo_root().join("charts/nodeipam");
-    cluster.helm(&[
-        "install",
-        "nodeipam",
-        chart.to_str().unwrap(),
-        "--namespace=kube-system",
-        &format!("--set=controller.clusterCIDR={CLUSTER_CIDR}"),
-        &format!("--set=controller.serviceClusterIPRange={SERVICE_CIDR}"),
-        &format!("--set=image.repository={CONTROLLER_REPOSITORY}"),
-        &format!("--set=image.tag={}", cluster.controller_tag()),
-        "--set=replicas=1",
-    ]);
+    cluster.helm_install(&["--set=replicas=1"]);
     lease_holder_pod(&client).await;
     let pid = controller_pid();
 
@@ -120,12 +106,7 @@ async fn hollow_nodes_served_and_what_their_heartbeats_cost() {
         cluster.cluster_sh(&args);
     }
     let all = usize::try_from(hollow).unwrap() + 1;
-    let served = wait_for(&format!("{all} Nodes served"), || async {
-        let cidrs = pod_cidrs(&client).await;
-        (cidrs.len() == all && cidrs.values().all(|c| !c.is_empty())).then_some(cidrs)
-    })
-    .await;
-    assert_no_duplicate(&served);
+    let served = all_served(&client, &format!("{all} Nodes served"), all).await;
     eprintln!(
         "{all} Nodes registered and served {:?} after the first hollow Node started",
         started.elapsed()
@@ -171,12 +152,7 @@ async fn hollow_nodes_served_and_what_their_heartbeats_cost() {
     })
     .await;
     cluster.cluster_sh(&["hollow", "add", name]);
-    let again = wait_for(&format!("{name} served again"), || async {
-        let cidrs = pod_cidrs(&client).await;
-        (cidrs.len() == all && cidrs.values().all(|c| !c.is_empty())).then_some(cidrs)
-    })
-    .await;
-    assert_no_duplicate(&again);
+    let again = all_served(&client, &format!("{name} served again"), all).await;
     eprintln!(
         "{name}: {:?} before its deletion, {:?} after it registered again; events {events_before} → {}",
         served[name],

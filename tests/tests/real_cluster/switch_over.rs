@@ -17,8 +17,8 @@ use kube::api::{Api, ListParams};
 use serde_json::Value;
 
 use crate::harness::{
-    CONTROLLER_SELECTOR, Cluster, assert_no_duplicate, lease_holder_pod, metric_value, pod_cidrs,
-    render_deploy, run_status, scrape, wait_for,
+    CONTROLLER_SELECTOR, Cluster, all_served, lease_holder_pod, metric_value, pod_cidr_writers,
+    pod_cidrs, render_deploy, run_status, scrape, wait_for,
 };
 
 /// kube-controller-manager's range allocator as a kubeadm cluster runs it (its
@@ -39,45 +39,6 @@ const IPAM_FLAG_NAMES: [&str; 7] = [
     "--allocate-node-cidrs",
     "--cidr-allocator-type",
 ];
-
-/// Per Node, the field managers that own `spec.podCIDR` (who wrote it).
-async fn pod_cidr_writers(client: &Client) -> BTreeMap<String, Vec<String>> {
-    let nodes: Api<Node> = Api::all(client.clone());
-    nodes
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|node| {
-            let writers = node
-                .metadata
-                .managed_fields
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|entry| {
-                    entry
-                        .fields_v1
-                        .as_ref()
-                        .is_some_and(|f| f.0.pointer("/f:spec/f:podCIDR").is_some())
-                })
-                .filter_map(|entry| entry.manager)
-                .collect();
-            (node.metadata.name.unwrap(), writers)
-        })
-        .collect()
-}
-
-/// Waits until every Node has a podCIDR; returns them all, checked for duplicates.
-async fn all_served(client: &Client, what: &str, nodes: usize) -> BTreeMap<String, Vec<String>> {
-    let cidrs = wait_for(what, || async {
-        let cidrs = pod_cidrs(client).await;
-        (cidrs.len() == nodes && cidrs.values().all(|c| !c.is_empty())).then_some(cidrs)
-    })
-    .await;
-    assert_no_duplicate(&cidrs);
-    cidrs
-}
 
 async fn wait_registered(client: &Client, name: &str) {
     let nodes: Api<Node> = Api::all(client.clone());
