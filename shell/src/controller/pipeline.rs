@@ -76,7 +76,8 @@ pub(super) async fn run(
     }
     let startup_events = startup_occupy(&allocator, &feed.cache, &health, &config.ipam);
     if let Some(intents) = &write_gate.intents {
-        let inherited = super::inherited::seed_inherited_intents(&allocator, &feed.cache, intents);
+        let inherited =
+            super::inherited::seed_inherited_intents(&allocator, &feed.cache, intents, &health);
         if inherited != Default::default() {
             tracing::info!(
                 reserved = inherited.reserved,
