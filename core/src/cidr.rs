@@ -401,6 +401,35 @@ mod ipnet_conv {
             Cidr::new(net.addr(), net.prefix_len())
         }
     }
+
+    #[cfg(test)]
+    mod tests {
+        #![allow(clippy::unwrap_used)]
+        use super::*;
+
+        /// Both directions, both families, the edges of the prefix range; a host bit refused.
+        #[test]
+        fn ipnet_round_trips_and_refuses_host_bits() {
+            for text in [
+                "10.244.0.0/16",
+                "0.0.0.0/0",
+                "10.1.2.3/32",
+                "fd00::/48",
+                "::/0",
+            ] {
+                let cidr = Cidr::parse(text).unwrap();
+                let net = ipnet::IpNet::from(cidr);
+                assert_eq!(net, text.parse::<ipnet::IpNet>().unwrap(), "{text}");
+                assert_eq!(Cidr::try_from(net), Ok(cidr), "{text}");
+            }
+            let host_bits: ipnet::IpNet = "10.0.0.1/8".parse().unwrap();
+            assert_eq!(Cidr::try_from(host_bits), Err(CidrError::HostBitsSet));
+            assert_eq!(
+                Cidr::try_from(host_bits.trunc()),
+                Ok(Cidr::parse("10.0.0.0/8").unwrap())
+            );
+        }
+    }
 }
 
 /// Why CIDR text or parts were rejected.

@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::NodeSelector;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use nodeipam_core::{Cidr, Family};
+use nodeipam_core::{Cidr, Family, MAX_BLOCK_BITS};
 use serde::{Deserialize, Serialize};
 
 use crate::labels::NodeSelectorTerms;
@@ -168,7 +168,10 @@ impl ClusterCidrPool {
         for (field, cidr) in [("ipv4", ipv4), ("ipv6", ipv6)] {
             let Some(cidr) = cidr else { continue };
             let range_host_bits = i64::from(cidr.family().max_prefix_len() - cidr.prefix_len());
-            if host_bits < 4 || host_bits > range_host_bits || range_host_bits - host_bits > 24 {
+            if host_bits < 4
+                || host_bits > range_host_bits
+                || range_host_bits - host_bits > i64::from(MAX_BLOCK_BITS)
+            {
                 return Err(ClusterCidrError::HostBits {
                     host_bits,
                     field,
@@ -225,7 +228,7 @@ impl ClusterCidrPool {
                 let bits = self
                     .node_mask_size(range)
                     .saturating_sub(range.prefix_len());
-                1u32 << bits.min(24)
+                1u32 << bits.min(MAX_BLOCK_BITS)
             })
             .min()
             .unwrap_or(0)

@@ -10,8 +10,9 @@
 //!   checks it here, with one wording.
 //! - **The string form** ([`selector`]: [`NodeSelector`], `--node-selector`): apimachinery's
 //!   `labels.Parse` into kube-rs [`Expression`]s.
-//! - **Matching**: kube-rs's [`SelectorExt::matches`] on [`Expression`]s, apimachinery's
-//!   semantics (`!=` and `notin` hold for a Node without the key). A node-pool rule's
+//! - **Matching**: kube-rs's [`SelectorExt::matches`](kube::core::SelectorExt::matches) on
+//!   [`Expression`]s, apimachinery's semantics (`!=` and `notin` hold for a Node without the
+//!   key). A node-pool rule's
 //!   `KEY=VALUE` is [`Expression::Equal`]'s rule ([`has_label`]); a core/v1 `NodeSelector` (a
 //!   ClusterCIDR's) is read by [`terms`] into [`NodeSelectorTerms`]: its `In`, `NotIn`,
 //!   `Exists`, `DoesNotExist` requirements as kube-rs [`Expression`]s, `Gt`/`Lt` and
@@ -150,6 +151,18 @@ pub fn key_of(expression: &Expression) -> &str {
     }
 }
 
+/// The longest key prefix apimachinery accepts: 253 characters, four DNS labels.
+#[cfg(test)]
+pub(crate) fn longest_key_prefix() -> String {
+    [
+        "a".repeat(63),
+        "b".repeat(63),
+        "c".repeat(63),
+        "d".repeat(61),
+    ]
+    .join(".")
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -161,13 +174,7 @@ mod tests {
     /// reader of a label).
     #[test]
     fn keys_and_values_follow_apimachinery() {
-        let prefix = [
-            "a".repeat(63),
-            "b".repeat(63),
-            "c".repeat(63),
-            "d".repeat(61),
-        ]
-        .join(".");
+        let prefix = longest_key_prefix();
         for good in [
             "x",
             "kubernetes.io/os",

@@ -37,13 +37,14 @@ pub mod patch;
 mod pipeline;
 mod queue;
 mod quiescence;
+mod tasks;
 mod waiters;
 pub mod window;
 pub mod worker;
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
@@ -62,6 +63,8 @@ pub use limiter::WriteLimiter;
 pub use queue::WorkQueue;
 #[doc(hidden)]
 pub use quiescence::Quiescence;
+pub use tasks::install_panic_hook;
+pub(crate) use tasks::{OwnedTask, panic_text, panic_watch, stopped};
 
 use crate::Error;
 use crate::flags::ControllerFlags;
@@ -213,49 +216,6 @@ pub struct RunSummary {
     pub pools: Vec<PoolStats>,
     /// Node name → CIDRs reserved for it (held, pending, or a skipped Node's reserved part).
     pub held: BTreeMap<String, Vec<Cidr>>,
-}
-
-/// The process-wide record of a panic, set by the hook [`install_panic_hook`] installs.
-fn panic_channel() -> &'static watch::Sender<Option<String>> {
-    static PANICKED: OnceLock<watch::Sender<Option<String>>> = OnceLock::new();
-    PANICKED.get_or_init(|| watch::Sender::new(None))
-}
-
-pub(crate) fn panic_watch() -> watch::Receiver<Option<String>> {
-    panic_channel().subscribe()
-}
-
-/// The text of a panic payload.
-pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(text) = payload.downcast_ref::<&str>() {
-        (*text).to_owned()
-    } else if let Some(text) = payload.downcast_ref::<String>() {
-        text.clone()
-    } else {
-        "(no message)".to_owned()
-    }
-}
-
-/// Installs a panic hook that logs a panic as one error line (message and location) and makes
-/// a running [`run`] fail, whichever task panicked — including tasks inside the client stack that
-/// the controller does not own (a panicking request-buffer worker otherwise leaves a process that
-/// retries forever and answers `/healthz` with 200).
-pub fn install_panic_hook() {
-    std::panic::set_hook(Box::new(|info| {
-        let message = panic_text(info.payload());
-        let location = info
-            .location()
-            .map(|l| format!("{}:{}", l.file(), l.line()))
-            .unwrap_or_default();
-        let thread = std::thread::current();
-        tracing::error!(
-            panic = %message,
-            %location,
-            thread = thread.name().unwrap_or("?"),
-            "a task panicked; exiting"
-        );
-        panic_channel().send_replace(Some(format!("{message} at {location}")));
-    }));
 }
 
 /// Runs the controller until `shutdown` resolves: (with leader election, wait for the Lease) →
@@ -643,52 +603,4 @@ pub fn write_timeout(request_timeout: Duration, election: &LeaseConfig) -> Durat
         );
     }
     effective
-}
-
-/// A task `run` spawned, aborted when this handle is dropped. `run` owns every task it spawns, so
-/// dropping its future stops them all at once, as `kill -9` stops a process: no write is sent
-/// afterwards and the Lease is not released (a release would let a standby in at once while a
-/// write of ours may still land). Found by the chaos suite: with plain `JoinHandle`s an aborted
-/// `run` left its workers writing and its elector releasing the Lease.
-pub(crate) struct OwnedTask<T>(tokio::task::JoinHandle<T>);
-
-impl<T: Send + 'static> OwnedTask<T> {
-    /// Spawns `task` on the current runtime.
-    pub(crate) fn spawn(task: impl Future<Output = T> + Send + 'static) -> OwnedTask<T> {
-        OwnedTask(tokio::spawn(task))
-    }
-}
-
-impl<T> OwnedTask<T> {
-    /// Asks the task to stop (it is dropped at its next await).
-    pub(crate) fn abort(&self) {
-        self.0.abort();
-    }
-
-    /// Whether the task has ended.
-    pub(crate) fn is_finished(&self) -> bool {
-        self.0.is_finished()
-    }
-}
-
-impl<T> Future for OwnedTask<T> {
-    type Output = Result<T, tokio::task::JoinError>;
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        std::pin::Pin::new(&mut self.0).poll(cx)
-    }
-}
-
-impl<T> Drop for OwnedTask<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// Resolves once `stop` is true (or its sender is gone).
-pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
-    let _ = stop.wait_for(|stop| *stop).await.map(|_| ());
 }

@@ -657,13 +657,7 @@ mod tests {
         ));
         assert!(NodeSelector::parse("x17=a b").is_err());
         // The longest key upstream accepts: a 253-character prefix and a 63-character name.
-        let prefix = [
-            "a".repeat(63),
-            "b".repeat(63),
-            "c".repeat(63),
-            "d".repeat(61),
-        ]
-        .join(".");
+        let prefix = crate::labels::longest_key_prefix();
         let longest = format!("{prefix}/{}", "n".repeat(63));
         assert_eq!(parsed(&format!("{longest}={}", "v".repeat(63))).len(), 1);
         assert!(NodeSelector::parse(&format!("{prefix}e/n")).is_err());

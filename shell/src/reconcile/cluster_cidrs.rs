@@ -35,7 +35,7 @@
 //! one ClusterCIDR). A ClusterCIDR with one family gives a single-family Node, as upstream's
 //! `MultiCIDRRangeAllocator` did, even in a dual-stack cluster: the operator chose its ranges.
 
-use nodeipam_core::{AllocError, Cidr, CidrSet, PoolRange};
+use nodeipam_core::{AllocError, Cidr, CidrSet, MAX_BLOCK_BITS, PoolRange};
 
 use super::{Allocator, RecordState};
 use crate::cluster_cidr::ClusterCidrPool;
@@ -273,7 +273,9 @@ impl Allocator {
     /// Capacity / used / free of one range in blocks of the pool's own size.
     fn range_usage(&self, pool: &ClusterCidrPool, range: &PoolRange) -> FamilyUsage {
         let mask = pool.node_mask_size(range.cidr());
-        let bits = mask.saturating_sub(range.cidr().prefix_len()).min(24);
+        let bits = mask
+            .saturating_sub(range.cidr().prefix_len())
+            .min(MAX_BLOCK_BITS);
         let capacity = 1u64 << bits;
         let free = self
             .containing_set(range.cidr())

@@ -478,7 +478,9 @@ impl Allocator {
     /// [`FAILED_PATCHES_BEFORE_EVENT`] + 1. Caches that change no answer (the exhaustion reason's
     /// memo, its cost counter) are left out. Two allocators with equal keys answer every call
     /// alike. For the model checker (`model-check/tests/model_check.rs`), which identifies states by it;
-    /// not used by the controller.
+    /// not used by the controller, and not an API: it exists only in the shell's tests and with
+    /// the `model-check` feature, which only the model check's package turns on.
+    #[cfg(any(test, feature = "model-check"))]
     #[doc(hidden)]
     pub fn model_key(&self) -> String {
         use std::fmt::Write as _;
