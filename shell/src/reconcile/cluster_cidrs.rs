@@ -65,8 +65,9 @@ pub struct ClusterCidrSync {
     /// refused in; tried again on the next.
     pub refused: Vec<(String, String)>,
     /// New free capacity appeared (a ClusterCIDR that serves new Nodes was hosted, or a hosted
-    /// one started serving: its finalizer seen): the controller wakes the Nodes waiting for a
-    /// block.
+    /// one started serving: its finalizer seen), or a ClusterCIDR Nodes may be waiting for (its
+    /// finalizer not seen yet) went away or started being deleted, so their serving order now
+    /// passes it by: the controller wakes the Nodes waiting for a block.
     pub capacity_added: bool,
     /// Skipped Nodes (e.g. out of range) whose podCIDRs now overlap a backing set: what overlaps
     /// is now reserved for them; the controller decides them again (they may now be kept).
@@ -156,20 +157,25 @@ impl Allocator {
         }
         wanted.sort_by(|a, b| a.name.cmp(&b.name));
         let mut sync = ClusterCidrSync::default();
-        // A hosted pool that starts serving (its finalizer seen) brings capacity too.
+        // A hosted pool that starts serving (its finalizer seen) brings capacity too; one that
+        // Nodes may wait for (no finalizer yet) and that goes or starts being deleted lets them
+        // go on to the next pool (the model check found them waiting for good).
         let mut started_serving = false;
+        let waited_for = |pool: &ClusterCidrPool| pool.awaiting_finalizer && !pool.deleting;
         // Removed, or re-created with other ranges: the old one goes first.
         let before = std::mem::take(&mut self.cluster_cidrs.hosted);
         for hosted in before {
             match wanted.iter().find(|w| w.name == hosted.pool.name) {
                 Some(w) if same_hosting(w, &hosted.pool) => {
                     started_serving |= w.serves_new_nodes() && !hosted.pool.serves_new_nodes();
+                    started_serving |= waited_for(&hosted.pool) && w.deleting;
                     self.cluster_cidrs.hosted.push(HostedPool {
                         pool: (*w).clone(),
                         ranges: hosted.ranges,
                     });
                 }
                 _ => {
+                    started_serving |= waited_for(&hosted.pool);
                     let name = &hosted.pool.name;
                     for range in &hosted.ranges {
                         let entry = (name.clone(), range.cidr());
