@@ -353,11 +353,11 @@ impl Allocator {
         self.cluster_cidrs.active = true;
     }
 
-    /// Hosts `pool` (all or nothing): reshapes a copy of the backing sets for each of its
-    /// ranges, then installs it.
+    /// Hosts `pool` (all or nothing): plans the change of the backing sets for each of its
+    /// ranges, then installs them.
     fn host(&mut self, pool: &ClusterCidrPool) -> Result<(), AllocError> {
-        // Counted before anything is copied: a refused pool is offered again on every round of
-        // the controller, and the copy below is every set's bitmap (2 MiB for a 2^24-block one).
+        // Counted before any set is built: a refused pool is offered again on every round of the
+        // controller, and a new set may be a 2 MiB bitmap (2^24 blocks).
         let count = self.sets_after_hosting(pool);
         if count > MAX_BACKING_SETS {
             return Err(AllocError::TooManyClusterCidrs {
@@ -365,7 +365,6 @@ impl Allocator {
                 max: MAX_BACKING_SETS,
             });
         }
-        let mut sets: Vec<CidrSet<Vec<u64>>> = self.pool.sets().to_vec();
         let mut ranges = Vec::new();
         // What the records hold and the service CIDRs: what every allocated block stands for.
         let known: Vec<Cidr> = self
@@ -374,17 +373,25 @@ impl Allocator {
             .flat_map(|r| r.held.iter().copied())
             .chain(self.service_cidrs.iter().copied())
             .collect();
+        // Planned on the sets as they are (one range per family: the changes are disjoint), and
+        // installed all or nothing without copying a set kept: hosting costs the sets it
+        // touches, so hosting n pools grows linearly in n (issue 32 item 8).
+        let mut changes = Vec::new();
         for range in [pool.ipv4, pool.ipv6].into_iter().flatten() {
-            space::host_range(
-                &mut sets,
+            let planned = space::plan_range(
+                self.pool.sets(),
                 range,
                 pool.node_mask_size(range),
                 &self.service_cidrs,
                 &known,
             )?;
+            changes.extend(planned);
             ranges.push(PoolRange::new(range));
         }
-        self.install_sets(sets)?;
+        if !changes.is_empty() {
+            let count = self.pool.sets().len();
+            self.install_sets(space::slots(count, changes))?;
+        }
         self.cluster_cidrs.hosted.push(HostedPool {
             pool: pool.clone(),
             ranges,
@@ -392,7 +399,7 @@ impl Allocator {
         Ok(())
     }
 
-    /// How many backing sets there would be with `pool` hosted, by [`space::host_range`]'s rule
+    /// How many backing sets there would be with `pool` hosted, by [`space::plan_range`]'s rule
     /// on the CIDRs alone: a range inside a set adds none, any other replaces the sets inside it
     /// with one.
     fn sets_after_hosting(&self, pool: &ClusterCidrPool) -> usize {
@@ -406,12 +413,20 @@ impl Allocator {
         cidrs.len()
     }
 
-    /// Replaces the backing sets with `sets` (checked disjoint and at most
-    /// [`MAX_BACKING_SETS`]), re-scaling every range's cursor to its new set's grid.
-    fn install_sets(&mut self, sets: Vec<CidrSet<Vec<u64>>>) -> Result<(), AllocError> {
-        let grids: Vec<(Cidr, u8)> = sets
+    /// Replaces the backing sets with `slots` ([`nodeipam_core::Pool::splice`]: kept sets moved,
+    /// not copied; checked disjoint and at most [`MAX_BACKING_SETS`]), re-scaling every range's
+    /// cursor to its new set's grid.
+    fn install_sets(
+        &mut self,
+        slots: Vec<nodeipam_core::Slot<Vec<u64>>>,
+    ) -> Result<(), AllocError> {
+        // Only a range inside a new set can change grid: the others keep their set.
+        let new: Vec<(Cidr, u8)> = slots
             .iter()
-            .map(|s| (s.cluster_cidr(), s.node_mask_size()))
+            .filter_map(|slot| match slot {
+                nodeipam_core::Slot::New(set) => Some((set.cluster_cidr(), set.node_mask_size())),
+                nodeipam_core::Slot::Kept(_) => None,
+            })
             .collect();
         let old: Vec<(Cidr, u8)> = self
             .pool
@@ -419,7 +434,7 @@ impl Allocator {
             .iter()
             .map(|s| (s.cluster_cidr(), s.node_mask_size()))
             .collect();
-        self.pool = nodeipam_core::Pool::from_sets(sets)?;
+        self.pool.splice(slots)?;
         let grid_of = |table: &[(Cidr, u8)], cidr: Cidr| {
             table
                 .iter()
@@ -427,8 +442,10 @@ impl Allocator {
                 .map(|(_, grid)| *grid)
         };
         for range in self.cluster_cidrs.ranges_mut() {
-            if let (Some(before), Some(after)) =
-                (grid_of(&old, range.cidr()), grid_of(&grids, range.cidr()))
+            let Some(after) = grid_of(&new, range.cidr()) else {
+                continue;
+            };
+            if let Some(before) = grid_of(&old, range.cidr())
                 && after > before
             {
                 let cursor = range.cursor().checked_shl(u32::from(after - before));
@@ -461,17 +478,18 @@ impl Allocator {
                     .values()
                     .any(|record| record.held.iter().any(|c| c.overlaps(&cidr)))
         };
-        // Decided before any copy: every watch event syncs, and the sets may be megabytes each
-        // (a 2^24-block pool's bitmap is 2 MiB), so they are cloned only when one goes.
+        // Decided first: every watch event syncs, and the sets may be megabytes each (a
+        // 2^24-block pool's bitmap is 2 MiB); the kept ones are moved, never copied.
         if !self.cluster_cidrs.active || self.pool.sets().iter().all(used) {
             return;
         }
-        let keep: Vec<CidrSet<Vec<u64>>> = self
+        let keep: Vec<nodeipam_core::Slot<Vec<u64>>> = self
             .pool
             .sets()
             .iter()
-            .filter(|s| used(s))
-            .cloned()
+            .enumerate()
+            .filter(|(_, s)| used(s))
+            .map(|(i, _)| nodeipam_core::Slot::Kept(i))
             .collect();
         if !keep.is_empty() {
             // Fewer disjoint sets than before: cannot fail.
