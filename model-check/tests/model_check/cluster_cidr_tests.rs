@@ -216,6 +216,23 @@ fn cluster_cidrs_three_pools_one_deletion() {
     assert_holds(&check(config, false));
 }
 
+/// The CI run with a leader change: `pool-a` and `pool-b` (identical ranges), one `grp=a` Node,
+/// either pool deleted and the leader changed, each at any point.
+#[test]
+fn cluster_cidrs_leader_change() {
+    let config = Config {
+        pools: vec![(0, true), (1, true)],
+        nodes: vec![Some(0)],
+        budget: Budget {
+            pool_deletes: 1,
+            leader_changes: 1,
+            ..Budget::default()
+        },
+        bugs: Bugs::default(),
+    };
+    assert_holds(&check(config, false));
+}
+
 /// Every fault of [`ci_budget`] at the size of [`whole`]: not run to the end yet (see
 /// RELIABILITY.md).
 #[test]
