@@ -121,6 +121,11 @@ pub enum AllocError {
         /// The pool's capacity (its `N`).
         max: usize,
     },
+    /// [`crate::Pool::splice`] was given an index past the pool's sets, or one index twice.
+    InvalidSetIndex {
+        /// The index.
+        index: usize,
+    },
     /// Two cluster CIDRs of a pool overlap ([`crate::Pool::from_sets`]): every address must
     /// belong to one set only.
     ClusterCidrsOverlap {
@@ -254,6 +259,7 @@ impl fmt::Display for AllocError {
             | AllocError::NoClusterCidr
             | AllocError::RequestCountMismatch { .. }
             | AllocError::TooManyClusterCidrs { .. }
+            | AllocError::InvalidSetIndex { .. }
             | AllocError::ClusterCidrsOverlap { .. }
             | AllocError::ClusterCidrsExhausted { .. }
             | AllocError::OutsideClusterCidrs { .. } => self.fmt_cluster_cidrs(f),
@@ -295,6 +301,10 @@ impl AllocError {
             AllocError::TooManyClusterCidrs { count, max } => {
                 write!(f, "{count} cluster CIDRs given; a pool holds at most {max}")
             }
+            AllocError::InvalidSetIndex { index } => write!(
+                f,
+                "set index {index} is past the pool's sets or given twice"
+            ),
             AllocError::ClusterCidrsOverlap { first, second } => write!(
                 f,
                 "cluster CIDRs {first} and {second} overlap; each address may belong to one cluster CIDR only"

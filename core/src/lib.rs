@@ -40,5 +40,5 @@ pub use config::{
     IpamConfig, MAX_CLUSTER_CIDRS, NodeMaskFlags,
 };
 pub use error::{AllocError, CidrError};
-pub use pool::{NodeAllocation, NodeBlocks, Pool};
+pub use pool::{NodeAllocation, NodeBlocks, Pool, Slot};
 pub use shared::{PoolBusy, SharedPool};

@@ -23,6 +23,15 @@ pub type NodeAllocation = Vec<Allocation, 2>;
 /// per address family, in the order of [`Pool::families`].
 pub type NodeBlocks = Vec<BlockAllocation, 2>;
 
+/// One place in the list of sets [`Pool::splice`] builds.
+#[derive(Debug)]
+pub enum Slot<S> {
+    /// The pool's current set at this index ([`Pool::sets`]), moved, not copied.
+    Kept(usize),
+    /// A new set.
+    New(CidrSet<S>),
+}
+
 /// The allocator for a whole cluster: one [`CidrSet`] per cluster CIDR, flag order, at most `N`
 /// (a compile-time capacity, as `heapless::Vec`'s: the sets live inline, so an edge agent with
 /// array storage pays only for the sets it can hold). The default `N = 2` is one IPv4 plus one
@@ -109,6 +118,79 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>, const N: usize> Pool<S, N> {
     /// The sets in flag order (1 ..= `N`).
     pub fn sets(&self) -> &[CidrSet<S>] {
         &self.sets
+    }
+
+    /// Rebuilds the pool's list of sets in the order of `slots` without copying a kept set:
+    /// [`Slot::Kept`]`(i)` moves the current set `i` (indices of [`Pool::sets`]) to that place,
+    /// [`Slot::New`] puts a new set there; a current set no slot keeps is dropped. Hosting one
+    /// more range among many large sets thus costs the sets it changes, not every set.
+    ///
+    /// # Errors
+    /// Changes nothing and returns [`AllocError::NoClusterCidr`] for no slot,
+    /// [`AllocError::TooManyClusterCidrs`] for more than `N`, [`AllocError::InvalidSetIndex`]
+    /// for an index past the sets or kept twice, [`AllocError::ClusterCidrsOverlap`] for two
+    /// resulting sets that share an address.
+    pub fn splice(&mut self, slots: impl IntoIterator<Item = Slot<S>>) -> Result<(), AllocError> {
+        let mut held: Vec<Slot<S>, N> = Vec::new();
+        let mut count = 0usize;
+        for slot in slots {
+            count += 1;
+            let _ = held.push(slot);
+        }
+        if count == 0 {
+            return Err(AllocError::NoClusterCidr);
+        }
+        if count > N {
+            return Err(AllocError::TooManyClusterCidrs { count, max: N });
+        }
+        let mut kept = [false; N];
+        for slot in &held {
+            if let Slot::Kept(index) = slot {
+                match kept.get_mut(*index) {
+                    Some(seen) if *index < self.sets.len() && !*seen => *seen = true,
+                    _ => return Err(AllocError::InvalidSetIndex { index: *index }),
+                }
+            }
+        }
+        let cidr_of = |slot: &Slot<S>| match slot {
+            Slot::Kept(index) => self.sets.get(*index).map(CidrSet::cluster_cidr),
+            Slot::New(set) => Some(set.cluster_cidr()),
+        };
+        // The kept sets are disjoint already (the pool's invariant): each new set is checked
+        // against every other slot, so the check costs the sets times the new ones.
+        for (index, new) in held.iter().enumerate() {
+            let Slot::New(new) = new else {
+                continue;
+            };
+            let new_cidr = new.cluster_cidr();
+            if let Some(other) = held
+                .iter()
+                .enumerate()
+                .filter(|(other, _)| *other != index)
+                .filter_map(|(_, slot)| cidr_of(slot))
+                .find(|other| other.overlaps(&new_cidr))
+            {
+                return Err(AllocError::ClusterCidrsOverlap {
+                    first: other,
+                    second: new_cidr,
+                });
+            }
+        }
+        let mut old: Vec<Option<CidrSet<S>>, N> = core::mem::take(&mut self.sets)
+            .into_iter()
+            .map(Some)
+            .collect();
+        for slot in held {
+            let set = match slot {
+                Slot::Kept(index) => old.get_mut(index).and_then(Option::take),
+                Slot::New(set) => Some(set),
+            };
+            // Checked above: every kept index names a set, once; at most `N` slots.
+            if let Some(set) = set {
+                let _ = self.sets.push(set);
+            }
+        }
+        Ok(())
     }
 
     /// The first set (flag order) for `family`, if one is configured: with one cluster CIDR per
@@ -782,6 +864,52 @@ mod tests {
                 requests: 0,
                 sets: 1
             })
+        );
+    }
+
+    /// `splice` moves the kept sets (their allocations come along), places new ones, drops the
+    /// rest, and changes nothing when it refuses.
+    #[test]
+    fn splice_moves_kept_sets_places_new_ones_and_refuses_whole() {
+        let mut pool = Pool::<StdVec<u64>, 4>::from_sets([
+            set("10.0.0.0/16", 24),
+            set("10.1.0.0/16", 24),
+            set("fd00::/48", 64),
+        ])
+        .expect("pool");
+        assert_eq!(pool.occupy(cidr("10.1.7.0/24")), Ok(1));
+        let cidrs = |p: &Pool<StdVec<u64>, 4>| -> StdVec<Cidr> {
+            p.sets().iter().map(CidrSet::cluster_cidr).collect()
+        };
+        let before = cidrs(&pool);
+        for bad in [
+            StdVec::from([Slot::Kept(0), Slot::Kept(0)]),
+            StdVec::from([Slot::Kept(3)]),
+            StdVec::from([Slot::Kept(0), Slot::New(set("10.0.128.0/17", 24))]),
+            StdVec::new(),
+        ] {
+            assert!(pool.splice(bad).is_err());
+            assert_eq!(cidrs(&pool), before, "a refused splice changes nothing");
+        }
+        pool.splice([
+            Slot::New(set("10.2.0.0/16", 24)),
+            Slot::Kept(1),
+            Slot::Kept(2),
+        ])
+        .expect("splice");
+        assert_eq!(
+            cidrs(&pool),
+            [cidr("10.2.0.0/16"), cidr("10.1.0.0/16"), cidr("fd00::/48")]
+        );
+        assert_eq!(
+            pool.occupy(cidr("10.1.7.0/24")),
+            Ok(0),
+            "the kept set came with its allocations"
+        );
+        assert_eq!(
+            pool.splice((0..5).map(|_| Slot::New(set("10.9.0.0/16", 24))))
+                .err(),
+            Some(AllocError::TooManyClusterCidrs { count: 5, max: 4 })
         );
     }
 

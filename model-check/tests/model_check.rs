@@ -20,6 +20,8 @@
 //! request timeout) are asserted to break no property any more.
 
 mod model_check {
+    pub mod cluster_cidr_tests;
+    pub mod cluster_cidrs;
     pub mod model;
 }
 

@@ -150,6 +150,34 @@ fn range(
     Ok(Some(cidr))
 }
 
+/// One ClusterCIDR object as read from its JSON ([`read_object`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadObject {
+    /// The object (its spec empty when the spec does not have the CRD's shape).
+    pub object: ClusterCidrObject,
+    /// The pool it is, or why it is not usable (the message for its `Invalid` condition).
+    pub pool: Result<ClusterCidrPool, String>,
+}
+
+/// Reads one ClusterCIDR object from its `metadata` and its `spec` as JSON (`None`: no spec): a
+/// spec without the CRD's shape (a field of the wrong type) is not usable, like one that breaks
+/// the CRD's rules ([`ClusterCidrPool::from_object`]). The one reader of ClusterCIDR objects:
+/// the controller's watch and `plan --cluster-cidrs` both read them here, so a malformed object
+/// is marked invalid alone and the others are used.
+pub fn read_object(metadata: ObjectMeta, spec: Option<&serde_json::Value>) -> ReadObject {
+    let spec = spec.cloned().unwrap_or_default();
+    let (spec, malformed) = match serde_json::from_value::<ClusterCidrSpec>(spec) {
+        Ok(spec) => (spec, None),
+        Err(e) => (ClusterCidrSpec::default(), Some(format!("spec: {e}"))),
+    };
+    let object = ClusterCidrObject { metadata, spec };
+    let pool = match malformed {
+        Some(message) => Err(message),
+        None => ClusterCidrPool::from_object(&object).map_err(|e| e.to_string()),
+    };
+    ReadObject { object, pool }
+}
+
 impl ClusterCidrPool {
     /// Checks `object` as the CRD's rules do (a controller does not trust that the installed CRD
     /// is ours): ranges canonical and of their family, at least one, `perNodeHostBits` at least 4

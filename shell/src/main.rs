@@ -121,7 +121,7 @@ fn run_plan(args: &PlanArgs, cli: &Cli, ignored: &[flags::kcm::GivenIgnoredFlag]
             .and_then(|file| nodeipam::nodelist::read_nodes(file, &args.input, &label_keys))
     };
     let planner = match nodes {
-        Ok(nodes) => nodeipam::plan::Planner::with_allocator(&config, allocator, nodes)
+        Ok(nodes) => nodeipam::plan::Planner::with_allocator(allocator, nodes)
             .with_cluster_cidrs(cluster_cidrs),
         Err(e) => return fail(&e),
     };

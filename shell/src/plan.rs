@@ -37,7 +37,7 @@ use nodeipam_core::IpamConfig;
 use serde::Serialize;
 
 use crate::Error;
-use crate::diagnostics::{self, Finding};
+use crate::diagnostics::Finding;
 use crate::node_pools::{MaskSource, Sizing};
 use crate::nodelist::InputNode;
 use crate::reconcile::{Action, Allocator, ClusterCidrSync, NodeView};
@@ -224,8 +224,7 @@ fn write_table_pools(out: &mut impl Write, pools: &[PlanPool]) -> io::Result<()>
 /// A plan over a NodeList read with [`crate::nodelist::read_nodes`] (given the label keys of
 /// [`Sizing::label_keys`], so that the node-pool rules see the labels they read).
 #[derive(Debug)]
-pub struct Planner<'a> {
-    config: &'a IpamConfig,
+pub struct Planner {
     /// Fresh from [`Allocator::with_sizing`]: every pass over the Nodes starts from a copy.
     allocator: Allocator,
     nodes: Vec<InputNode>,
@@ -234,13 +233,13 @@ pub struct Planner<'a> {
     sync: ClusterCidrSync,
 }
 
-impl<'a> Planner<'a> {
+impl Planner {
     /// A plan of `nodes` (list order) against `config` with the range allocator (every Node gets
     /// the node CIDR mask size).
     ///
     /// # Errors
     /// [`Error::Pool`] if the configuration leaves a cluster CIDR no free block.
-    pub fn new(config: &'a IpamConfig, nodes: Vec<InputNode>) -> Result<Planner<'a>, Error> {
+    pub fn new(config: &IpamConfig, nodes: Vec<InputNode>) -> Result<Planner, Error> {
         Planner::with_sizing(config, Sizing::range_allocator(config), nodes)
     }
 
@@ -250,23 +249,18 @@ impl<'a> Planner<'a> {
     /// # Errors
     /// [`Error::Pool`] if the configuration leaves a cluster CIDR no free block.
     pub fn with_sizing(
-        config: &'a IpamConfig,
+        config: &IpamConfig,
         sizing: Sizing,
         nodes: Vec<InputNode>,
-    ) -> Result<Planner<'a>, Error> {
+    ) -> Result<Planner, Error> {
         let allocator = Allocator::with_sizing(config, sizing).map_err(Error::Pool)?;
-        Ok(Planner::with_allocator(config, allocator, nodes))
+        Ok(Planner::with_allocator(allocator, nodes))
     }
 
-    /// A plan of `nodes` (list order) with `allocator`, fresh from [`Allocator::with_sizing`] on
-    /// `config` (the binary builds it while validating the flags, once).
-    pub fn with_allocator(
-        config: &'a IpamConfig,
-        allocator: Allocator,
-        nodes: Vec<InputNode>,
-    ) -> Planner<'a> {
+    /// A plan of `nodes` (list order) with `allocator`, fresh from [`Allocator::with_sizing`] (the
+    /// binary builds it while validating the flags, once).
+    pub fn with_allocator(allocator: Allocator, nodes: Vec<InputNode>) -> Planner {
         Planner {
-            config,
             allocator,
             nodes,
             cluster_cidrs: ClusterCidrInput::default(),
@@ -278,13 +272,14 @@ impl<'a> Planner<'a> {
     /// controller hosts them before it occupies any podCIDR). The Nodes must have been read
     /// keeping the labels [`ClusterCidrInput::label_keys`] names.
     #[must_use]
-    pub fn with_cluster_cidrs(mut self, input: ClusterCidrInput) -> Planner<'a> {
+    pub fn with_cluster_cidrs(mut self, input: ClusterCidrInput) -> Planner {
         self.sync = self.allocator.sync_cluster_cidrs(&input.pools);
         self.cluster_cidrs = input;
         self
     }
 
-    /// The per-Node diagnostics ([`diagnostics::node_findings`]) of the served Nodes that have
+    /// The per-Node diagnostics ([`Allocator::node_findings`], the controller's: a Node a
+    /// single-family ClusterCIDR serves is not missing a family) of the served Nodes that have
     /// podCIDRs, list order.
     pub fn findings(&self) -> Vec<Finding> {
         self.nodes
@@ -292,7 +287,7 @@ impl<'a> Planner<'a> {
             .filter(|n| n.has_pod_cidrs())
             .map(InputNode::view)
             .filter(|view| self.allocator.sizing().serves(&view.labels))
-            .flat_map(|view| diagnostics::node_findings(self.config, &view))
+            .flat_map(|view| self.allocator.node_findings(&view))
             .collect()
     }
 
@@ -812,7 +807,7 @@ mod tests {
         let views: Vec<NodeView> = nodes.iter().map(NodeView::from_node).collect();
         let findings: Vec<Finding> = views
             .iter()
-            .flat_map(|v| diagnostics::node_findings(&config, v))
+            .flat_map(|v| crate::diagnostics::node_findings(&config, v))
             .collect();
         assert_eq!(findings.len(), 1, "{findings:?}");
         assert_eq!(findings[0].code(), "R08");
@@ -842,6 +837,55 @@ mod tests {
             ("keep", "skip"),
             "{report:?}"
         );
+    }
+
+    /// One entry point for a Node's findings (issue 32 item 6): a Node an IPv4-only ClusterCIDR
+    /// serves in a dual-stack cluster is not "missing IPv6" in `plan` either (the controller's
+    /// events were silent; plan and the start-up warnings read the flag CIDRs alone); one with a
+    /// single-family block of the flag CIDRs still is.
+    #[test]
+    fn a_node_a_single_family_cluster_cidr_serves_is_not_missing_a_family() {
+        let mut nodes =
+            crate::nodelist::parse_nodes(&fixture("03-aks-kubenet-3nodes.json")).expect("parses");
+        for (node, cidr) in nodes.iter_mut().zip(["10.9.3.0/24", "10.244.3.0/24"]) {
+            let spec = node.spec.get_or_insert_with(Default::default);
+            spec.pod_cidr = Some(cidr.to_owned());
+            spec.pod_cidrs = Some(vec![cidr.to_owned()]);
+        }
+        let config = nodeipam_core::config::validate(
+            "10.244.0.0/16,fd00:1::/56",
+            "",
+            NodeMaskFlags::default(),
+        )
+        .expect("valid");
+        let pools = cluster_cidrs::read_cluster_cidrs(
+            r#"{"kind":"ClusterCIDR","metadata":{"name":"v4"},
+                "spec":{"perNodeHostBits":8,"ipv4":"10.9.0.0/16"}}"#
+                .as_bytes(),
+            "v4.json",
+        )
+        .expect("one ClusterCIDR");
+        let input: Vec<InputNode> = nodes.iter().map(|n| InputNode::from_node(n, &[])).collect();
+        let planner = Planner::new(&config, input)
+            .expect("planner")
+            .with_cluster_cidrs(pools);
+        let r11: Vec<String> = planner
+            .findings()
+            .iter()
+            .filter(|f| f.code() == "R11")
+            .map(Finding::message)
+            .collect();
+        let name = |i: usize| nodes[i].metadata.name.clone().unwrap_or_default();
+        assert!(!r11.iter().any(|m| m.contains(&name(0))), "{r11:?}");
+        assert!(r11.iter().any(|m| m.contains(&name(1))), "{r11:?}");
+        // What plan and the start-up warnings read before: the flag CIDRs alone, R11 for both.
+        let flags_alone = nodes
+            .iter()
+            .map(NodeView::from_node)
+            .flat_map(|v| crate::diagnostics::node_findings(&config, &v))
+            .filter(|f| f.code() == "R11")
+            .count();
+        assert_eq!(flags_alone, r11.len() + 1);
     }
 
     #[test]

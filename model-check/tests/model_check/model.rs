@@ -181,7 +181,8 @@ pub fn names() -> &'static [NodeView] {
     })
 }
 
-fn name_of(i: u8) -> NodeName {
+/// The name of Node number `i` ([`names`]).
+pub fn name_of(i: u8) -> NodeName {
     names()[usize::from(i)].name.clone()
 }
 
@@ -194,11 +195,12 @@ fn index_of(name: &str) -> u8 {
 }
 
 /// The uid of the model's object number `n` (uuid text, as the API server writes them).
-fn uid_text(n: u8) -> String {
+pub fn uid_text(n: u8) -> String {
     format!("00000000-0000-4000-8000-{n:012x}")
 }
 
-fn uid_number(text: &str) -> Option<u8> {
+/// The model number of uid `text` ([`uid_text`]).
+pub fn uid_number(text: &str) -> Option<u8> {
     text.strip_prefix("00000000-0000-4000-8000-")
         .and_then(|hex| u8::from_str_radix(hex, 16).ok())
 }
@@ -229,7 +231,7 @@ fn view_of(name: u8, node: &ServerNode) -> NodeView {
 }
 
 /// "Now" for the controller's functions: every time in the state is relative to it.
-fn now() -> tokio::time::Instant {
+pub fn now() -> tokio::time::Instant {
     static BASE: OnceLock<tokio::time::Instant> = OnceLock::new();
     *BASE.get_or_init(tokio::time::Instant::now) + Duration::from_secs(1000)
 }
@@ -313,11 +315,13 @@ pub enum Phase {
 pub struct Alloc(pub Arc<Allocator>, Arc<str>);
 
 impl Alloc {
-    fn new(a: Allocator) -> Alloc {
+    /// Wraps `a`, keyed by its canonical state.
+    pub fn new(a: Allocator) -> Alloc {
         let key = a.model_key();
         Alloc(Arc::new(a), key.into())
     }
-    fn rekey(&mut self) {
+    /// Recomputes the key after a change through [`Alloc::get`].
+    pub fn rekey(&mut self) {
         let key = self.0.model_key();
         if *self.1 != *key {
             self.1 = key.into();
@@ -325,7 +329,7 @@ impl Alloc {
     }
     /// The allocator to change: shared between states until then (a state is cloned at every
     /// step; the allocator is copied only when a step changes it).
-    fn get(&mut self) -> &mut Allocator {
+    pub fn get(&mut self) -> &mut Allocator {
         Arc::make_mut(&mut self.0)
     }
 }

@@ -47,11 +47,12 @@ pub use decide::{
     status_patch,
 };
 pub(super) use writer::write;
+pub use writer::{Planned, Settled, plan_writes, settle_fence};
 
 use super::quiescence::Rounds;
 use super::worker::Shared;
 use crate::Error;
-use crate::cluster_cidr::{ClusterCidrObject, ClusterCidrPool};
+use crate::cluster_cidr::ClusterCidrPool;
 use crate::reasons;
 use crate::reconcile::{Allocator, NodeName};
 
@@ -98,29 +99,22 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// The object and status of `object`, and its `spec` parse error if it has one.
 fn entry_of(object: &DynamicObject) -> (String, Entry) {
     let name = object.metadata.name.clone().unwrap_or_default();
-    let spec = object.data.get("spec").cloned().unwrap_or_default();
-    let (spec, parse_error) = match serde_json::from_value(spec) {
-        Ok(spec) => (spec, None),
-        Err(e) => (Default::default(), Some(format!("spec: {e}"))),
-    };
+    let read = crate::cluster_cidr::read_object(object.metadata.clone(), object.data.get("spec"));
     let status = object
         .data
         .get("status")
         .and_then(|s| serde_json::from_value(s.clone()).ok());
     let observed = Observed {
-        object: ClusterCidrObject {
-            metadata: object.metadata.clone(),
-            spec,
-        },
+        object: read.object,
         status,
     };
-    let invalid = match parse_error {
-        Some(e) => Some(e),
-        None => ClusterCidrPool::from_object(&observed.object)
-            .err()
-            .map(|e| e.to_string()),
-    };
-    (name, Entry { observed, invalid })
+    (
+        name,
+        Entry {
+            observed,
+            invalid: read.pool.err(),
+        },
+    )
 }
 
 impl ClusterCidrs {
@@ -171,40 +165,12 @@ impl ClusterCidrs {
     /// object gone or our finalizer off it).
     fn sync(&self, allocator: &mut Allocator) -> (crate::reconcile::ClusterCidrSync, bool) {
         let view = lock(&self.view);
-        let pools: Vec<ClusterCidrPool> = view
-            .values()
-            .filter(|e| e.invalid.is_none())
-            .filter_map(|e| {
-                let mut pool = ClusterCidrPool::from_object(&e.observed.object).ok()?;
-                pool.awaiting_finalizer = !e
-                    .observed
-                    .object
-                    .metadata
-                    .finalizers
-                    .iter()
-                    .flatten()
-                    .any(|f| f == FINALIZER);
-                Some(pool)
-            })
-            .collect();
-        // A refused pool stays in the view as valid: it is offered again on every sync (a set may
-        // have been freed since); its `Invalid` state comes from the allocator
-        // (`cluster_cidr_state`).
-        let synced = allocator.sync_cluster_cidrs(&pools);
-        // Closing: our finalizer on an object being deleted or not usable (invalid, or refused
-        // by the allocator). Each gets a fence before anything can be allocated beside it.
-        let closing: Vec<String> = view
-            .iter()
-            .filter(|(name, e)| {
-                let meta = &e.observed.object.metadata;
-                let ours = meta.finalizers.iter().flatten().any(|f| f == FINALIZER);
-                ours && (meta.deletion_timestamp.is_some()
-                    || e.invalid.is_some()
-                    || synced.refused.iter().any(|(n, _)| n == *name))
-            })
-            .map(|(name, _)| name.clone())
-            .collect();
-        let opened = allocator.track_closing(&closing);
+        let (synced, opened) = sync_view(
+            allocator,
+            view.iter()
+                .map(|(name, e)| (name.as_str(), &e.observed, e.invalid.is_some())),
+        );
+        let pools = view.values().filter(|e| e.invalid.is_none()).count();
         // Refusals alone are not logged: a refused pool is offered again every round (its
         // `ClusterCIDRInvalid` event and status say why, once).
         if !(synced.added.is_empty() && synced.removed.is_empty()) {
@@ -212,12 +178,56 @@ impl ClusterCidrs {
                 added = ?synced.added,
                 removed = ?synced.removed,
                 refused = ?synced.refused,
-                pools = pools.len(),
+                pools,
                 "ClusterCIDR pools synced"
             );
         }
         (synced, opened)
     }
+}
+
+/// Gives `allocator` the watch's whole view of the ClusterCIDR objects, each as `(name, object,
+/// invalid)` (`invalid`: the object is not usable, see [`ClusterCidrPool::from_object`]): the
+/// usable ones as pools ([`Allocator::sync_cluster_cidrs`]; one without our [`FINALIZER`] yet
+/// serves no new Node), then the closing ones — carrying our finalizer and being deleted,
+/// invalid, or refused by the allocator — to [`Allocator::track_closing`]. Returns the sync and
+/// whether a closing fence let allocation in. The controller's one place for this (the model
+/// check calls it too).
+pub fn sync_view<'a>(
+    allocator: &mut Allocator,
+    view: impl IntoIterator<Item = (&'a str, &'a Observed, bool)>,
+) -> (crate::reconcile::ClusterCidrSync, bool) {
+    let view: Vec<(&str, &Observed, bool)> = view.into_iter().collect();
+    let ours = |o: &Observed| {
+        o.object
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == FINALIZER)
+    };
+    let pools: Vec<ClusterCidrPool> = view
+        .iter()
+        .filter(|(_, _, invalid)| !invalid)
+        .filter_map(|(_, o, _)| {
+            let mut pool = ClusterCidrPool::from_object(&o.object).ok()?;
+            pool.awaiting_finalizer = !ours(o);
+            Some(pool)
+        })
+        .collect();
+    let synced = allocator.sync_cluster_cidrs(&pools);
+    let closing: Vec<String> = view
+        .iter()
+        .filter(|(name, o, invalid)| {
+            ours(o)
+                && (o.object.metadata.deletion_timestamp.is_some()
+                    || *invalid
+                    || synced.refused.iter().any(|(n, _)| n == name))
+        })
+        .map(|(name, _, _)| (*name).to_owned())
+        .collect();
+    let opened = allocator.track_closing(&closing);
+    (synced, opened)
 }
 
 /// Lists the ClusterCIDRs (before the Nodes are occupied) and gives them to `allocator`. Retries

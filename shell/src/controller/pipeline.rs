@@ -562,7 +562,7 @@ async fn refresh_largest_free(allocator: Arc<Mutex<Allocator>>) {
 
 /// Occupies every cached Node's podCIDRs (sorted by name: the first Node to claim a block keeps
 /// it); records the metrics and logs now, returns the skip and diagnostic events to publish on
-/// each Node's first reconcile. The Node diagnostics ([`crate::diagnostics::node_findings`]) are
+/// each Node's first reconcile. The Node diagnostics ([`Allocator::node_findings`]) are
 /// logged as one warning per kind. One Node at a time: only the sorted names and the findings are
 /// held, never a copy of every Node or of every decision (at 50,000 Nodes those copies were
 /// ~30 MB at once).
@@ -597,7 +597,7 @@ fn startup_occupy(
         }
         let view = node.view(&name);
         if allocator.sizing().serves(&view.labels) {
-            findings.extend(crate::diagnostics::node_findings(ipam, &view));
+            findings.extend(allocator.node_findings(&view));
         }
         for (name, decision) in allocator.startup_occupy(std::slice::from_ref(&view)) {
             for metric in &decision.metrics {

@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::Error;
 use crate::cluster_cidr::status::{FamilyUsage, PoolState};
-use crate::cluster_cidr::{ClusterCidrObject, ClusterCidrPool};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::cluster_cidr::{ClusterCidrObject, ClusterCidrPool, ReadObject, read_object};
 use crate::reconcile::{Allocator, ClusterCidrSync};
 
 /// The ClusterCIDRs read from a `--cluster-cidrs` file: the usable ones, and the others with why.
@@ -45,7 +47,7 @@ struct Document {
     #[serde(default)]
     kind: Option<String>,
     #[serde(default)]
-    items: Option<Vec<ClusterCidrObject>>,
+    items: Option<Vec<serde_json::Value>>,
     #[serde(flatten)]
     object: serde_json::Value,
 }
@@ -54,7 +56,9 @@ struct Document {
 ///
 /// # Errors
 /// [`Error::Read`] if it cannot be read; [`Error::InvalidClusterCidrs`] if it is not JSON, or
-/// neither a List with `items` nor a `ClusterCIDR`, or an item is not shaped as one.
+/// neither a List with `items` nor a `ClusterCIDR`. An object that is malformed (a spec field of
+/// the wrong type, metadata that is not an object's) is listed invalid alone, as the controller
+/// marks it ([`crate::cluster_cidr::read_object`], the one reader).
 pub fn read_cluster_cidrs(reader: impl Read, path: &str) -> Result<ClusterCidrInput, Error> {
     let document: Document = serde_json::from_reader(io::BufReader::new(reader)).map_err(|e| {
         if e.is_io() {
@@ -69,10 +73,7 @@ pub fn read_cluster_cidrs(reader: impl Read, path: &str) -> Result<ClusterCidrIn
     let kind = document.kind.unwrap_or_default();
     let objects = match (kind.as_str(), document.items) {
         ("List" | "ClusterCIDRList", Some(items)) => items,
-        ("ClusterCIDR", None) => vec![
-            serde_json::from_value(document.object)
-                .map_err(|e| Error::InvalidClusterCidrs(format!("{path}: {e}")))?,
-        ],
+        ("ClusterCIDR", None) => vec![document.object],
         _ => {
             return Err(Error::InvalidClusterCidrs(format!(
                 "{path}: expected a List of ClusterCIDRs (kubectl get clustercidrs -o json) or one ClusterCIDR, found kind {kind:?}"
@@ -80,11 +81,19 @@ pub fn read_cluster_cidrs(reader: impl Read, path: &str) -> Result<ClusterCidrIn
         }
     };
     let mut input = ClusterCidrInput::default();
-    for object in &objects {
-        let name = object.metadata.name.clone().unwrap_or_default();
-        match ClusterCidrPool::from_object(object) {
+    for item in &objects {
+        let metadata = item.get("metadata").cloned().unwrap_or_default();
+        let read = match serde_json::from_value::<ObjectMeta>(metadata) {
+            Ok(metadata) => read_object(metadata, item.get("spec")),
+            Err(e) => ReadObject {
+                object: ClusterCidrObject::default(),
+                pool: Err(format!("metadata: {e}")),
+            },
+        };
+        let name = read.object.metadata.name.clone().unwrap_or_default();
+        match read.pool {
             Ok(pool) => input.pools.push(pool),
-            Err(error) => input.invalid.push((name, error.to_string())),
+            Err(message) => input.invalid.push((name, message)),
         }
     }
     Ok(input)
@@ -257,16 +266,42 @@ mod tests {
         .expect("one object");
         assert_eq!(one.pools.len(), 1);
         assert_eq!(one.pools[0].selector_summary(), "(none: fallback)");
-        for bad in [
-            r#"{"kind":"NodeList","items":[]}"#,
-            r#"{"kind":"ClusterCIDR","spec":{"perNodeHostBits":"eight"}}"#,
-            "ipv4: 10.0.0.0/8",
-        ] {
+        for bad in [r#"{"kind":"NodeList","items":[]}"#, "ipv4: 10.0.0.0/8"] {
             assert!(
                 matches!(read(bad), Err(Error::InvalidClusterCidrs(_))),
                 "{bad}: {:?}",
                 read(bad)
             );
         }
+    }
+
+    /// One reader (issue 32 item 6): a malformed object — a spec field of the wrong type — is
+    /// listed invalid alone, with the controller's message, and the others of the file are used
+    /// (plan failed the whole file on it before).
+    #[test]
+    fn a_malformed_object_is_invalid_alone_as_the_controller_marks_it() {
+        let input = read(
+            r#"{"kind":"List","items":[
+                {"metadata":{"name":"bad"},"spec":{"perNodeHostBits":"eight","ipv4":"10.9.0.0/16"}},
+                {"metadata":{"name":"good"},"spec":{"perNodeHostBits":8,"ipv4":"10.8.0.0/16"}}]}"#,
+        )
+        .expect("the file is read");
+        let names: Vec<&str> = input.pools.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["good"]);
+        assert_eq!(input.invalid.len(), 1, "{:?}", input.invalid);
+        assert_eq!(input.invalid[0].0, "bad");
+        let controller = read_object(
+            serde_json::from_value(serde_json::json!({"name": "bad"})).expect("metadata"),
+            Some(&serde_json::json!({"perNodeHostBits": "eight", "ipv4": "10.9.0.0/16"})),
+        );
+        assert_eq!(
+            controller.pool.err().as_deref(),
+            Some(input.invalid[0].1.as_str())
+        );
+        let one = read(
+            r#"{"kind":"ClusterCIDR","metadata":{"name":"x"},"spec":{"perNodeHostBits":"eight"}}"#,
+        )
+        .expect("one malformed object is read as invalid");
+        assert_eq!(one.invalid.len(), 1);
     }
 }

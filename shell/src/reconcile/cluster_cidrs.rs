@@ -65,8 +65,9 @@ pub struct ClusterCidrSync {
     /// refused in; tried again on the next.
     pub refused: Vec<(String, String)>,
     /// New free capacity appeared (a ClusterCIDR that serves new Nodes was hosted, or a hosted
-    /// one started serving: its finalizer seen): the controller wakes the Nodes waiting for a
-    /// block.
+    /// one started serving: its finalizer seen), or a ClusterCIDR Nodes may be waiting for (its
+    /// finalizer not seen yet) went away or started being deleted, so their serving order now
+    /// passes it by: the controller wakes the Nodes waiting for a block.
     pub capacity_added: bool,
     /// Skipped Nodes (e.g. out of range) whose podCIDRs now overlap a backing set: what overlaps
     /// is now reserved for them; the controller decides them again (they may now be kept).
@@ -150,20 +151,25 @@ impl Allocator {
         }
         wanted.sort_by(|a, b| a.name.cmp(&b.name));
         let mut sync = ClusterCidrSync::default();
-        // A hosted pool that starts serving (its finalizer seen) brings capacity too.
+        // A hosted pool that starts serving (its finalizer seen) brings capacity too; one that
+        // Nodes may wait for (no finalizer yet) and that goes or starts being deleted lets them
+        // go on to the next pool (the model check found them waiting for good).
         let mut started_serving = false;
+        let waited_for = |pool: &ClusterCidrPool| pool.awaiting_finalizer && !pool.deleting;
         // Removed, or re-created with other ranges: the old one goes first.
         let before = std::mem::take(&mut self.cluster_cidrs.hosted);
         for hosted in before {
             match wanted.iter().find(|w| w.name == hosted.pool.name) {
                 Some(w) if same_hosting(w, &hosted.pool) => {
                     started_serving |= w.serves_new_nodes() && !hosted.pool.serves_new_nodes();
+                    started_serving |= waited_for(&hosted.pool) && w.deleting;
                     self.cluster_cidrs.hosted.push(HostedPool {
                         pool: (*w).clone(),
                         ranges: hosted.ranges,
                     });
                 }
                 _ => {
+                    started_serving |= waited_for(&hosted.pool);
                     let name = &hosted.pool.name;
                     for range in &hosted.ranges {
                         let entry = (name.clone(), range.cidr());
@@ -342,11 +348,11 @@ impl Allocator {
         self.cluster_cidrs.active = true;
     }
 
-    /// Hosts `pool` (all or nothing): reshapes a copy of the backing sets for each of its
-    /// ranges, then installs it.
+    /// Hosts `pool` (all or nothing): plans the change of the backing sets for each of its
+    /// ranges, then installs them.
     fn host(&mut self, pool: &ClusterCidrPool) -> Result<(), AllocError> {
-        // Counted before anything is copied: a refused pool is offered again on every round of
-        // the controller, and the copy below is every set's bitmap (2 MiB for a 2^24-block one).
+        // Counted before any set is built: a refused pool is offered again on every round of the
+        // controller, and a new set may be a 2 MiB bitmap (2^24 blocks).
         let count = self.sets_after_hosting(pool);
         if count > MAX_BACKING_SETS {
             return Err(AllocError::TooManyClusterCidrs {
@@ -354,7 +360,6 @@ impl Allocator {
                 max: MAX_BACKING_SETS,
             });
         }
-        let mut sets: Vec<CidrSet<Vec<u64>>> = self.pool.sets().to_vec();
         let mut ranges = Vec::new();
         // What the records hold and the service CIDRs: what every allocated block stands for.
         let known: Vec<Cidr> = self
@@ -363,17 +368,25 @@ impl Allocator {
             .flat_map(|r| r.held.iter().copied())
             .chain(self.service_cidrs.iter().copied())
             .collect();
+        // Planned on the sets as they are (one range per family: the changes are disjoint), and
+        // installed all or nothing without copying a set kept: hosting costs the sets it
+        // touches, so hosting n pools grows linearly in n (issue 32 item 8).
+        let mut changes = Vec::new();
         for range in [pool.ipv4, pool.ipv6].into_iter().flatten() {
-            space::host_range(
-                &mut sets,
+            let planned = space::plan_range(
+                self.pool.sets(),
                 range,
                 pool.node_mask_size(range),
                 &self.service_cidrs,
                 &known,
             )?;
+            changes.extend(planned);
             ranges.push(PoolRange::new(range));
         }
-        self.install_sets(sets)?;
+        if !changes.is_empty() {
+            let count = self.pool.sets().len();
+            self.install_sets(space::slots(count, changes))?;
+        }
         self.cluster_cidrs.hosted.push(HostedPool {
             pool: pool.clone(),
             ranges,
@@ -381,7 +394,7 @@ impl Allocator {
         Ok(())
     }
 
-    /// How many backing sets there would be with `pool` hosted, by [`space::host_range`]'s rule
+    /// How many backing sets there would be with `pool` hosted, by [`space::plan_range`]'s rule
     /// on the CIDRs alone: a range inside a set adds none, any other replaces the sets inside it
     /// with one.
     fn sets_after_hosting(&self, pool: &ClusterCidrPool) -> usize {
@@ -395,12 +408,20 @@ impl Allocator {
         cidrs.len()
     }
 
-    /// Replaces the backing sets with `sets` (checked disjoint and at most
-    /// [`MAX_BACKING_SETS`]), re-scaling every range's cursor to its new set's grid.
-    fn install_sets(&mut self, sets: Vec<CidrSet<Vec<u64>>>) -> Result<(), AllocError> {
-        let grids: Vec<(Cidr, u8)> = sets
+    /// Replaces the backing sets with `slots` ([`nodeipam_core::Pool::splice`]: kept sets moved,
+    /// not copied; checked disjoint and at most [`MAX_BACKING_SETS`]), re-scaling every range's
+    /// cursor to its new set's grid.
+    fn install_sets(
+        &mut self,
+        slots: Vec<nodeipam_core::Slot<Vec<u64>>>,
+    ) -> Result<(), AllocError> {
+        // Only a range inside a new set can change grid: the others keep their set.
+        let new: Vec<(Cidr, u8)> = slots
             .iter()
-            .map(|s| (s.cluster_cidr(), s.node_mask_size()))
+            .filter_map(|slot| match slot {
+                nodeipam_core::Slot::New(set) => Some((set.cluster_cidr(), set.node_mask_size())),
+                nodeipam_core::Slot::Kept(_) => None,
+            })
             .collect();
         let old: Vec<(Cidr, u8)> = self
             .pool
@@ -408,7 +429,7 @@ impl Allocator {
             .iter()
             .map(|s| (s.cluster_cidr(), s.node_mask_size()))
             .collect();
-        self.pool = nodeipam_core::Pool::from_sets(sets)?;
+        self.pool.splice(slots)?;
         let grid_of = |table: &[(Cidr, u8)], cidr: Cidr| {
             table
                 .iter()
@@ -416,8 +437,10 @@ impl Allocator {
                 .map(|(_, grid)| *grid)
         };
         for range in self.cluster_cidrs.ranges_mut() {
-            if let (Some(before), Some(after)) =
-                (grid_of(&old, range.cidr()), grid_of(&grids, range.cidr()))
+            let Some(after) = grid_of(&new, range.cidr()) else {
+                continue;
+            };
+            if let Some(before) = grid_of(&old, range.cidr())
                 && after > before
             {
                 let cursor = range.cursor().checked_shl(u32::from(after - before));
@@ -450,17 +473,18 @@ impl Allocator {
                     .values()
                     .any(|record| record.held.iter().any(|c| c.overlaps(&cidr)))
         };
-        // Decided before any copy: every watch event syncs, and the sets may be megabytes each
-        // (a 2^24-block pool's bitmap is 2 MiB), so they are cloned only when one goes.
+        // Decided first: every watch event syncs, and the sets may be megabytes each (a
+        // 2^24-block pool's bitmap is 2 MiB); the kept ones are moved, never copied.
         if !self.cluster_cidrs.active || self.pool.sets().iter().all(used) {
             return;
         }
-        let keep: Vec<CidrSet<Vec<u64>>> = self
+        let keep: Vec<nodeipam_core::Slot<Vec<u64>>> = self
             .pool
             .sets()
             .iter()
-            .filter(|s| used(s))
-            .cloned()
+            .enumerate()
+            .filter(|(_, s)| used(s))
+            .map(|(i, _)| nodeipam_core::Slot::Kept(i))
             .collect();
         if !keep.is_empty() {
             // Fewer disjoint sets than before: cannot fail.

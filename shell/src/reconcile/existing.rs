@@ -40,20 +40,29 @@ impl Allocator {
             })
     }
 
-    /// The events of [`crate::diagnostics::node_findings`] for `node` against the flag CIDRs
-    /// (flag order; the backing sets once ClusterCIDRs reshape them are not the configuration).
-    /// A Node whose podCIDRs all came from ClusterCIDRs may lack a family on purpose (a
-    /// single-family ClusterCIDR serves it): no missing-family finding for it.
-    fn node_findings(&self, node: &NodeView) -> Vec<EventSpec> {
+    /// The diagnostic findings for a Node with podCIDRs: [`crate::diagnostics::node_findings_in`]
+    /// against the flag CIDRs (flag order; the backing sets once ClusterCIDRs reshape them are
+    /// not the configuration), except that a Node whose podCIDRs all came from ClusterCIDRs may
+    /// lack a family on purpose (a single-family ClusterCIDR serves it): no missing-family
+    /// finding for it. The one entry point for a Node's findings: its events, the controller's
+    /// start-up warnings and `plan` all read them here. Call it once the ClusterCIDRs are synced.
+    pub fn node_findings(&self, node: &NodeView) -> Vec<crate::diagnostics::Finding> {
         let cluster_cidrs: Vec<Cidr> = self.sizing.sets().iter().map(|s| s.cluster_cidr).collect();
         let from_pools = node
             .parsed_pod_cidrs()
             .is_some_and(|p| !p.is_empty() && p.iter().all(|c| self.is_cluster_cidr_block(*c)));
         crate::diagnostics::node_findings_in(&cluster_cidrs, node)
-            .iter()
+            .into_iter()
             .filter(|f| {
                 !(from_pools && matches!(f, crate::diagnostics::Finding::MissingFamily { .. }))
             })
+            .collect()
+    }
+
+    /// The events of [`Allocator::node_findings`].
+    fn node_finding_events(&self, node: &NodeView) -> Vec<EventSpec> {
+        self.node_findings(node)
+            .iter()
             .filter_map(crate::diagnostics::Finding::event)
             .collect()
     }
@@ -93,7 +102,7 @@ impl Allocator {
                     });
                     self.set_served(&node.name, served);
                     if entering {
-                        decision.events = self.node_findings(node);
+                        decision.events = self.node_finding_events(node);
                     }
                     return decision;
                 }
@@ -216,7 +225,7 @@ impl Allocator {
         decision.metrics = occupied;
         // The diagnostics of podCIDRs seen for the first time (R08, R10, R11), at start-up
         // or while running: a Node seen again with the same podCIDRs returned above.
-        decision.events = self.node_findings(node);
+        decision.events = self.node_finding_events(node);
         decision
     }
 

@@ -16,7 +16,9 @@ use kube::runtime::events::Recorder;
 use kube::{Api, Error as KubeError};
 use tokio::time::Instant;
 
-use super::decide::{Known, ObjectChange, Term, Write, decide, observe_fence, status_patch};
+use super::decide::{
+    Known, ObjectChange, Observed, Term, Write, decide, observe_fence, status_patch,
+};
 use super::{ClusterCidrs, Entry, FINALIZER, RECHECK_INTERVAL, STATUS_WRITE_INTERVAL};
 use super::{lock, publish_invalid, sync_and_wake, wake_all};
 use crate::cluster_cidr::ClusterCidrPool;
@@ -114,27 +116,84 @@ fn plan(
     };
     memory.stamps += 1;
     let next_stamp = term.stamp(memory.stamps);
-    let may_stamp = term.may_stamp(&entry.observed.object);
-    let mut allocator = lock(&shared.allocator);
-    let fence = allocator
-        .fence(name)
-        .map(|fence| observe_fence(fence, &entry.observed.object, term));
-    if let Some(fence) = &fence
-        && allocator.set_fence(name, fence.clone())
-    {
+    let meta = &entry.observed.object.metadata;
+    let announced = memory.announced.contains(&(
+        meta.uid.clone().unwrap_or_default(),
+        meta.generation.unwrap_or(0),
+    ));
+    let planned = plan_writes(
+        &mut lock(&shared.allocator),
+        (name, &entry.observed, entry.invalid.as_deref()),
+        &in_doubt,
+        (term, next_stamp),
+        announced,
+        Timestamp::now(),
+    );
+    if planned.opened {
         wake_all(shared, "a ClusterCIDR's closing fence let allocation in");
     }
-    let Some(mut known) = known(
-        &allocator,
-        (name, entry),
-        memory,
-        &in_doubt,
-        (fence, next_stamp),
-    ) else {
-        return Vec::new();
+    planned.writes
+}
+
+/// What [`plan_writes`] decided.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Planned {
+    /// The object's writes, in order ([`decide`]).
+    pub writes: Vec<Write>,
+    /// Observing the object moved its fence so that allocation may go where it could not (the
+    /// caller wakes the waiting Nodes).
+    pub opened: bool,
+}
+
+/// One object's writes, decided on `allocator` (the caller holds its lock throughout): the
+/// object's fence brought up to date with `observed` ([`observe_fence`]), its holders counted
+/// ([`Allocator::pool_holders`], `in_doubt` naming the Nodes whose write may still land),
+/// [`decide`] called, and a removal decided marked [`Fence::Removing`] before the caller releases
+/// the lock — so no block inside its ranges can be handed out between the count and the
+/// removal's outcome. `invalid`: why the object is not usable, if it is not; `next_stamp`: the
+/// value a stamp written now carries; `announced`: its invalid event for this generation was
+/// published; `now`: the time a condition that changes status gets. Empty when the allocator
+/// does not know a valid object (yet).
+pub fn plan_writes(
+    allocator: &mut Allocator,
+    (name, observed, invalid): (&str, &Observed, Option<&str>),
+    in_doubt: &[NodeName],
+    (term, next_stamp): (&Term, String),
+    announced: bool,
+    now: Timestamp,
+) -> Planned {
+    let fence = allocator
+        .fence(name)
+        .map(|fence| observe_fence(fence, &observed.object, term));
+    let opened = fence
+        .as_ref()
+        .is_some_and(|fence| allocator.set_fence(name, fence.clone()));
+    let state = match invalid {
+        Some(message) => PoolState::Invalid {
+            message: message.to_owned(),
+        },
+        None => {
+            let known = ClusterCidrPool::from_object(&observed.object)
+                .ok()
+                .and_then(|_| allocator.cluster_cidr_state(name));
+            let Some(state) = known else {
+                return Planned {
+                    writes: Vec::new(),
+                    opened,
+                };
+            };
+            state
+        }
     };
-    known.may_stamp = may_stamp;
-    let writes = decide(&entry.observed, &known, Timestamp::now());
+    let known = Known {
+        state,
+        holders: allocator.pool_holders(name, in_doubt),
+        invalid_announced: announced,
+        fence,
+        next_stamp,
+        may_stamp: term.may_stamp(&observed.object),
+    };
+    let writes = decide(observed, &known, now);
     let removes = writes.iter().any(|w| {
         matches!(
             w,
@@ -145,48 +204,15 @@ fn plan(
         )
     });
     if removes {
-        allocator.set_fence(
-            name,
-            Fence::Removing {
-                tested_rv: resource_version(entry),
-            },
-        );
+        let tested_rv = observed
+            .object
+            .metadata
+            .resource_version
+            .clone()
+            .unwrap_or_default();
+        allocator.set_fence(name, Fence::Removing { tested_rv });
     }
-    writes
-}
-
-/// The object's state (invalid, or the allocator's), its holders, whether its invalid event was
-/// published, its fence and the next stamp. `None`: the allocator does not know it (yet).
-fn known(
-    allocator: &Allocator,
-    (name, entry): (&str, &Entry),
-    memory: &WriterMemory,
-    in_doubt: &[NodeName],
-    (fence, next_stamp): (Option<Fence>, String),
-) -> Option<Known> {
-    let meta = &entry.observed.object.metadata;
-    let announced_key = (
-        meta.uid.clone().unwrap_or_default(),
-        meta.generation.unwrap_or(0),
-    );
-    let state = match &entry.invalid {
-        Some(message) => PoolState::Invalid {
-            message: message.clone(),
-        },
-        None => {
-            ClusterCidrPool::from_object(&entry.observed.object).ok()?;
-            allocator.cluster_cidr_state(name)?
-        }
-    };
-    Some(Known {
-        state,
-        holders: allocator.pool_holders(name, in_doubt),
-        // A pool the allocator refuses is announced once per generation too.
-        invalid_announced: memory.announced.contains(&announced_key),
-        fence,
-        next_stamp,
-        may_stamp: true,
-    })
+    Planned { writes, opened }
 }
 
 /// A write [`transmit`] sends.
@@ -346,31 +372,68 @@ fn settle(
                 view.apply_answer(decided_rv, &object);
             }
             let (_, answered) = super::entry_of(&object);
-            let mut allocator = lock(&shared.allocator);
-            if let Some(fence) = allocator.fence(name) {
-                let fence = observe_fence(fence, &answered.observed.object, term);
-                if allocator.set_fence(name, fence) {
-                    wake_all(shared, "a ClusterCIDR's closing fence let allocation in");
-                }
+            let settled = Settled::Applied(&answered.observed.object);
+            if settle_fence(&mut lock(&shared.allocator), name, removal, settled, term) {
+                wake_all(shared, "a ClusterCIDR's closing fence let allocation in");
             }
             object.metadata.resource_version
         }
         Answer::Refused(code) => {
-            if removal {
-                // 404: the object is gone (nothing left to protect); else the removal was judged
-                // and refused: it can never apply.
-                let fence = if code == 404 {
-                    Fence::Fenced
-                } else {
-                    Fence::Unfenced
-                };
-                let mut allocator = lock(&shared.allocator);
-                if allocator.set_fence(name, fence) {
-                    wake_all(shared, "a ClusterCIDR's finalizer is gone");
-                }
+            if settle_fence(
+                &mut lock(&shared.allocator),
+                name,
+                removal,
+                Settled::Refused(code),
+                term,
+            ) {
+                wake_all(shared, "a ClusterCIDR's finalizer is gone");
             }
             None
         }
         Answer::Unknown => None,
+    }
+}
+
+/// How one write to a ClusterCIDR ended, for [`settle_fence`].
+#[derive(Debug, Clone, Copy)]
+pub enum Settled<'a> {
+    /// Applied: the object as stored after it.
+    Applied(&'a crate::cluster_cidr::ClusterCidrObject),
+    /// Refused for good with this HTTP status (a 4xx other than 429).
+    Refused(u16),
+    /// No definite answer: it may still apply.
+    Unknown,
+}
+
+/// Moves the fence of ClusterCIDR `name` (if it is closing) on a write's answer: an applied
+/// write's object is an observation ([`observe_fence`]); a removal (`removal`) refused for good
+/// can never apply — 404: the object is gone, nothing left to protect ([`Fence::Fenced`]); any
+/// other refusal: back to [`Fence::Unfenced`] until the object shows this term's stamp again;
+/// an unknown outcome leaves the fence as it is (a removal stays [`Fence::Removing`]). Returns
+/// whether allocation may now go where it could not (the caller wakes waiting Nodes).
+pub fn settle_fence(
+    allocator: &mut Allocator,
+    name: &str,
+    removal: bool,
+    answer: Settled<'_>,
+    term: &Term,
+) -> bool {
+    match answer {
+        Settled::Applied(object) => match allocator.fence(name) {
+            Some(fence) => {
+                let fence = observe_fence(fence, object, term);
+                allocator.set_fence(name, fence)
+            }
+            None => false,
+        },
+        Settled::Refused(code) if removal => {
+            let fence = if code == 404 {
+                Fence::Fenced
+            } else {
+                Fence::Unfenced
+            };
+            allocator.set_fence(name, fence)
+        }
+        Settled::Refused(_) | Settled::Unknown => false,
     }
 }

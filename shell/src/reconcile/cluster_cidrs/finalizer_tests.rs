@@ -45,6 +45,33 @@ fn a_pool_without_its_finalizer_is_hosted_but_serves_no_node_until_the_finalizer
     assert!(!again.capacity_added, "the same view again brings nothing");
 }
 
+/// Found by the ClusterCIDR model check (issue 32 item 3): a Node waiting for a pool's finalizer
+/// waited for good when the pool went away before the finalizer was on (deleted at once, no
+/// finalizer to hold it) or started being deleted: nothing woke it, though its serving order now
+/// passes that pool by.
+#[test]
+fn a_node_waiting_for_a_finalizer_is_woken_when_that_pool_goes_or_starts_being_deleted() {
+    for gone in [true, false] {
+        let mut a = allocator("10.128.0.0/16");
+        a.sync_cluster_cidrs(&[masters_pool(true)]);
+        assert_eq!(a.decide(&master("master-0")).next, Next::WaitForFreeBlock);
+        let view = if gone {
+            Vec::new()
+        } else {
+            let mut deleting = masters_pool(true);
+            deleting.deleting = true;
+            vec![deleting]
+        };
+        let sync = a.sync_cluster_cidrs(&view);
+        assert!(
+            sync.capacity_added,
+            "gone: {gone}: the waiting master now goes on to the flag CIDR: it must be woken"
+        );
+        let served = assigned(&mut a, &master("master-0"));
+        assert_eq!(served, vec![Cidr::parse("10.128.0.0/24").expect("cidr")]);
+    }
+}
+
 /// Chaos seed 41789's shape (issue 32 item 1): `pool-2` and `pool-3` share `10.200.0.0/24`;
 /// `pool-3` is being deleted and holds nothing. While its fence is not `Fenced` (unfenced in
 /// this term, or a removal of ours in flight or in doubt) no block of the shared range is handed

@@ -1,31 +1,46 @@
 //! Reshaping the backing sets for one ClusterCIDR range (see [`super`]): a range on the set that
 //! contains it (re-gridded when its blocks are finer), or a new set covering it and every set it
-//! contains. Works on a copy of the sets; the caller installs the result.
+//! contains. Planned on the sets as they are ([`plan_range`]: only the new set is built); the
+//! caller installs the result without copying the sets it keeps ([`slots`],
+//! [`nodeipam_core::Pool::splice`]).
 //!
 //! Carrying a set over to a finer grid is exact for what the allocator knows: a coarse block that
 //! was allocated only for CIDRs finer than it (a Node's /26 in a set of /24 blocks) marks only
 //! those CIDRs on the new grid, so its status counts and a later release are exact. A coarse
 //! block no known CIDR explains stays allocated whole (never hand out what may be held).
 
-use nodeipam_core::{AllocError, Cidr, CidrSet, MAX_BLOCK_BITS, storage_words_for};
+use nodeipam_core::{AllocError, Cidr, CidrSet, MAX_BLOCK_BITS, Slot, storage_words_for};
 
-/// Makes the backing sets `sets` (disjoint, any order) host `range` handing out blocks of
-/// `mask` bits (prefix length): afterwards exactly one set contains `range`, on a grid at least
-/// as fine as `mask`, and every address allocated before is still allocated. `known` is every
-/// CIDR the allocator holds for a Node or reserves (service CIDRs): what a carried-over coarse
-/// block is refined to.
+/// What hosting one range changes in the backing sets ([`plan_range`]): the sets at `replaced`
+/// (indices of the sets given, ascending; empty: none) give way to `set`, which takes the place
+/// of the first of them (or goes last when none is replaced).
+#[derive(Debug)]
+pub(super) struct Change {
+    /// Indices of the sets replaced.
+    pub(super) replaced: Vec<usize>,
+    /// The set that replaces them.
+    pub(super) set: CidrSet<Vec<u64>>,
+}
+
+/// What the backing sets `sets` (disjoint, any order) need to host `range` handing out blocks
+/// of `mask` bits (prefix length): `None` when a set contains `range` on a grid at least as fine
+/// as `mask`; otherwise the [`Change`] after which exactly one set contains `range` on such a
+/// grid, every address allocated before still allocated. `known` is every CIDR the allocator
+/// holds for a Node or reserves (service CIDRs): what a carried-over coarse block is refined
+/// to. Reads `sets` only: the new set is built from them, no set is copied whole, so hosting a
+/// range costs the sets it touches, not every set.
 ///
 /// # Errors
 /// [`AllocError::TooManyBlocks`] when the set needed would have more than 2^24 blocks
 /// ([`MAX_BLOCK_BITS`]); [`AllocError::InvalidNodeMaskSize`] for a `mask` shorter than the
-/// range's prefix. `sets` may then be partly changed: the caller drops its copy.
-pub(super) fn host_range(
-    sets: &mut Vec<CidrSet<Vec<u64>>>,
+/// range's prefix.
+pub(super) fn plan_range(
+    sets: &[CidrSet<Vec<u64>>],
     range: Cidr,
     mask: u8,
     service_cidrs: &[Cidr],
     known: &[Cidr],
-) -> Result<(), AllocError> {
+) -> Result<Option<Change>, AllocError> {
     if mask < range.prefix_len() || mask > range.family().max_prefix_len() {
         return Err(AllocError::InvalidNodeMaskSize {
             cluster_cidr: range,
@@ -33,33 +48,59 @@ pub(super) fn host_range(
         });
     }
     if let Some(index) = sets.iter().position(|s| s.cluster_cidr().contains(&range)) {
-        if let Some(set) = sets.get_mut(index)
-            && mask > set.node_mask_size()
-        {
-            *set = regrown(set.cluster_cidr(), mask, &[&*set], service_cidrs, known)?;
-        }
-        return Ok(());
+        return match sets.get(index) {
+            Some(set) if mask > set.node_mask_size() => Ok(Some(Change {
+                replaced: vec![index],
+                set: regrown(set.cluster_cidr(), mask, &[set], service_cidrs, known)?,
+            })),
+            _ => Ok(None),
+        };
     }
     // Every set `range` overlaps lies inside it (CIDRs nest or are disjoint).
-    let inside: Vec<usize> = sets
+    let replaced: Vec<usize> = sets
         .iter()
         .enumerate()
         .filter(|(_, s)| range.contains(&s.cluster_cidr()))
         .map(|(i, _)| i)
         .collect();
-    let grid = inside
+    let contained: Vec<&CidrSet<Vec<u64>>> = replaced.iter().filter_map(|i| sets.get(*i)).collect();
+    let grid = contained
         .iter()
-        .filter_map(|i| sets.get(*i))
-        .map(CidrSet::node_mask_size)
+        .map(|s| s.node_mask_size())
         .fold(mask, u8::max);
-    let contained: Vec<&CidrSet<Vec<u64>>> = inside.iter().filter_map(|i| sets.get(*i)).collect();
-    let merged = regrown(range, grid, &contained, service_cidrs, known)?;
-    let at = inside.first().copied().unwrap_or(sets.len());
-    for index in inside.iter().rev() {
-        sets.remove(*index);
+    let set = regrown(range, grid, &contained, service_cidrs, known)?;
+    Ok(Some(Change { replaced, set }))
+}
+
+/// The list of sets after `changes` (each planned on the same `count` sets, disjoint from one
+/// another: [`plan_range`] of ranges of different families), as [`Slot`]s for
+/// [`nodeipam_core::Pool::splice`]: every set kept in place, each change's set at the place of
+/// the first set it replaces, those replacing none last (in `changes` order).
+pub(super) fn slots(count: usize, changes: Vec<Change>) -> Vec<Slot<Vec<u64>>> {
+    let mut at_first: Vec<Option<CidrSet<Vec<u64>>>> = (0..count).map(|_| None).collect();
+    let mut replaced = vec![false; count];
+    let mut last = Vec::new();
+    for change in changes {
+        for index in &change.replaced {
+            if let Some(r) = replaced.get_mut(*index) {
+                *r = true;
+            }
+        }
+        match change.replaced.first().and_then(|i| at_first.get_mut(*i)) {
+            Some(place) => *place = Some(change.set),
+            None => last.push(change.set),
+        }
     }
-    sets.insert(at.min(sets.len()), merged);
-    Ok(())
+    let mut slots = Vec::with_capacity(count + last.len());
+    for (index, (new, gone)) in at_first.into_iter().zip(replaced).enumerate() {
+        match new {
+            Some(set) => slots.push(Slot::New(set)),
+            None if !gone => slots.push(Slot::Kept(index)),
+            None => {}
+        }
+    }
+    slots.extend(last.into_iter().map(Slot::New));
+    slots
 }
 
 /// A new set over `cidr` on a grid of `grid` bits with every allocation of `old` carried over
