@@ -218,7 +218,8 @@ async fn serve_and_allocate(
     let allocation = ipam.map(|(ipam, allocator)| {
         let mut config = ControllerConfig::from_flags(ipam, flags);
         config.sizing = allocator.sizing().clone();
-        config.cluster_cidrs = cli.ipam.cidr_allocator_type == flags::MULTI_CIDR_ALLOCATOR;
+        config.watch_cluster_cidr_objects =
+            cli.ipam.cidr_allocator_type == flags::MULTI_CIDR_ALLOCATOR;
         (config, allocator)
     });
     log_startup(cli, ignored, filter, allocation.as_ref(), client.as_ref());

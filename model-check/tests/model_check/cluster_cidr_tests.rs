@@ -7,22 +7,7 @@ use stateright::{Checker, Model};
 
 use super::cluster_cidrs::{Budget, Bugs, Config, FINALIZER_OFF, STRAY, State, Step, Wing};
 use super::cluster_cidrs::{block_cidr, settled_wrong, short};
-
-fn threads() -> usize {
-    std::env::var("MODEL_CHECK_THREADS")
-        .ok()
-        .and_then(|t| t.parse().ok())
-        .unwrap_or(2)
-}
-
-/// One run's figures and what it found: (property, trace, steps).
-struct Run {
-    states: usize,
-    unique: usize,
-    depth: usize,
-    secs: f64,
-    found: Vec<(&'static str, String, usize)>,
-}
+use crate::{Run, assert_holds, threads};
 
 fn check(config: Config, stop_at_first: bool) -> Run {
     let model = Wing { config };
@@ -126,15 +111,6 @@ fn describe(model: &Wing, before: &State, step: Step) -> String {
         }
         other => model.format_action(&other),
     }
-}
-
-fn assert_holds(run: &Run) {
-    let failures: Vec<String> = run
-        .found
-        .iter()
-        .map(|(name, trace, len)| format!("{name} fails in {len} steps:\n{trace}"))
-        .collect();
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 fn assert_found(run: &Run, property: &str) {

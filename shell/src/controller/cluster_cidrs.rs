@@ -84,7 +84,7 @@ struct Entry {
 
 /// The objects the watch shows, by name, and what the writer remembers about them.
 #[derive(Debug, Default)]
-pub(super) struct ClusterCidrs {
+pub(super) struct ObjectView {
     view: Mutex<BTreeMap<String, Entry>>,
     /// The view changed: the writer looks at every object.
     changed: Notify,
@@ -117,10 +117,10 @@ fn entry_of(object: &DynamicObject) -> (String, Entry) {
     )
 }
 
-impl ClusterCidrs {
+impl ObjectView {
     /// A view of `objects` (the list's).
-    fn of(objects: &[DynamicObject]) -> ClusterCidrs {
-        let view = ClusterCidrs::default();
+    fn of(objects: &[DynamicObject]) -> ObjectView {
+        let view = ObjectView::default();
         view.replace(objects);
         view
     }
@@ -134,7 +134,7 @@ impl ClusterCidrs {
         lock(&self.view).insert(name, entry);
     }
 
-    /// [`ClusterCidrs::apply`] of a write's answer, unless the view's copy is no longer the one
+    /// [`ObjectView::apply`] of a write's answer, unless the view's copy is no longer the one
     /// the write was decided on (`decided_rv`): the watch may have shown a newer version (a
     /// deletion) meanwhile, which an older answer must not replace.
     fn apply_answer(&self, decided_rv: Option<&str>, object: &DynamicObject) {
@@ -240,11 +240,11 @@ pub(super) async fn list(
     allocator: &Mutex<Allocator>,
     retry: Duration,
     stop: &mut tokio_watch::Receiver<bool>,
-) -> Result<Option<Arc<ClusterCidrs>>, Error> {
+) -> Result<Option<Arc<ObjectView>>, Error> {
     loop {
         match api.list(&kube::api::ListParams::default()).await {
             Ok(list) => {
-                let view = ClusterCidrs::of(&list.items);
+                let view = ObjectView::of(&list.items);
                 view.sync(&mut lock(allocator));
                 tracing::info!(
                     cluster_cidrs = list.items.len(),
@@ -272,7 +272,7 @@ pub(super) async fn list(
 /// Watches the ClusterCIDRs until aborted: each change re-syncs the allocator with the whole view
 /// and, if a pool brought capacity, wakes every waiting Node. Errors are retried with the
 /// watcher's default backoff (the view stays as it was meanwhile).
-pub(super) async fn watch(api: Api<DynamicObject>, view: Arc<ClusterCidrs>, shared: Arc<Shared>) {
+pub(super) async fn watch(api: Api<DynamicObject>, view: Arc<ObjectView>, shared: Arc<Shared>) {
     let mut init: Vec<DynamicObject> = Vec::new();
     let mut events = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
     while let Some(event) = events.next().await {
@@ -312,10 +312,10 @@ pub(super) async fn watch(api: Api<DynamicObject>, view: Arc<ClusterCidrs>, shar
     }
 }
 
-/// [`ClusterCidrs::sync`] under the allocator's lock and, still under it, wakes every waiting
+/// [`ObjectView::sync`] under the allocator's lock and, still under it, wakes every waiting
 /// Node when a pool brought capacity, and queues the skipped Nodes the allocator asks to decide
 /// again (their podCIDRs now lie in a pool).
-fn sync_and_wake(view: &ClusterCidrs, shared: &Shared) {
+fn sync_and_wake(view: &ObjectView, shared: &Shared) {
     let mut allocator = lock(&shared.allocator);
     let (synced, opened) = view.sync(&mut allocator);
     let woken = if synced.capacity_added || opened {
@@ -403,7 +403,7 @@ mod tests {
         .unwrap()
     }
 
-    fn stored_rv(view: &ClusterCidrs) -> (Option<String>, bool) {
+    fn stored_rv(view: &ObjectView) -> (Option<String>, bool) {
         let view = lock(&view.view);
         let meta = &view["grow"].observed.object.metadata;
         (
@@ -417,7 +417,7 @@ mod tests {
     /// finalizer would never be removed).
     #[test]
     fn an_answer_older_than_the_watch_does_not_replace_the_view() {
-        let view = ClusterCidrs::of(&[object("4", false)]);
+        let view = ObjectView::of(&[object("4", false)]);
         view.apply(&object("6", true));
         view.apply_answer(Some("4"), &object("5", false));
         assert_eq!(stored_rv(&view), (Some("6".to_owned()), true));

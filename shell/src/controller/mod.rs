@@ -128,7 +128,7 @@ pub struct ControllerConfig {
     /// ClusterCIDR objects and serve their pools beside the flag CIDRs ([`cluster_cidrs`]), and
     /// keep every Node label (their node selectors may read any). Default `false`: nothing
     /// about ClusterCIDRs is read or written.
-    pub cluster_cidrs: bool,
+    pub watch_cluster_cidr_objects: bool,
     /// `--deleted-node-cidr-quarantine`: how long the blocks of a deleted Node stay reserved for
     /// its name before a waiting Node may take them (default
     /// [`DEFAULT_DELETION_QUARANTINE`]; zero releases them at once). For liveness only: see
@@ -170,7 +170,7 @@ impl ControllerConfig {
             initial_list: InitialList::Streaming,
             startup_write_fence: Duration::ZERO,
             fence_lease: None,
-            cluster_cidrs: false,
+            watch_cluster_cidr_objects: false,
             write_intents_off: false,
         }
     }

@@ -37,7 +37,7 @@ pub(super) async fn run(
     write_gate: WriteGate,
     in_doubt: Arc<InDoubtWrites>,
 ) -> Result<RunSummary, Error> {
-    let cache = Arc::new(if config.cluster_cidrs {
+    let cache = Arc::new(if config.watch_cluster_cidr_objects {
         NodeCache::with_all_labels()
     } else {
         NodeCache::with_label_keys(&allocator.sizing().label_keys())
@@ -52,7 +52,7 @@ pub(super) async fn run(
         });
     }
     // The ClusterCIDRs before the Nodes: every existing podCIDR is occupied in its pool.
-    let cluster_cidrs = if config.cluster_cidrs {
+    let cluster_cidrs = if config.watch_cluster_cidr_objects {
         let listed = cluster_cidrs::list(
             &cluster_cidrs::api(client.clone()),
             &allocator,
@@ -296,7 +296,7 @@ impl ClusterCidrTasks {
     fn start(
         config: &ControllerConfig,
         shared: &Arc<Shared>,
-        view: Arc<cluster_cidrs::ClusterCidrs>,
+        view: Arc<cluster_cidrs::ObjectView>,
     ) -> ClusterCidrTasks {
         let api = cluster_cidrs::api(shared.client.clone());
         let recorder = Recorder::new(

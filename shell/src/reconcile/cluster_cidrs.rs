@@ -82,9 +82,11 @@ pub(super) struct HostedPool {
     pub(super) ranges: Vec<PoolRange>,
 }
 
-/// The allocator's ClusterCIDR state.
+/// The allocator's hosting: the ClusterCIDRs it hosts (and the flag CIDRs' ranges once one is),
+/// their fences and retired ranges. One word per thing: a *flag CIDR* is a `--cluster-cidr`
+/// entry, a *ClusterCIDR* an object, a *backing set* a `CidrSet` of the allocator's pool.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(super) struct ClusterCidrs {
+pub(super) struct Hosting {
     /// Allocation goes through ranges (set when the first ClusterCIDR is hosted; until restart).
     pub(super) active: bool,
     /// One range per flag cluster CIDR ([`crate::node_pools::Sizing::sets`] order); used only
@@ -107,7 +109,7 @@ pub(super) struct ClusterCidrs {
     pub(super) fences: closing::Fences,
 }
 
-impl ClusterCidrs {
+impl Hosting {
     /// Every range (flag CIDRs' and ClusterCIDRs'), for re-scaling cursors when sets change.
     fn ranges_mut(&mut self) -> impl Iterator<Item = &mut PoolRange> {
         self.flag_ranges

@@ -60,7 +60,7 @@ pub use decision::{
 pub use outcome::{CannotApplyKind, FAILED_PATCHES_BEFORE_EVENT, PatchOutcome, pod_cidrs_patch};
 pub use release::uncovered_runs;
 
-use cluster_cidrs::ClusterCidrs;
+use cluster_cidrs::Hosting;
 use decision::informer_behind;
 
 /// Capacity and usage of one cluster CIDR, in grid blocks (the `*_blocks` fields).
@@ -156,7 +156,7 @@ pub struct Allocator {
     /// [`cluster_cidrs`]).
     pool: Pool<Vec<u64>, MAX_BACKING_SETS>,
     /// The ClusterCIDR pools and every pool's range ([`Allocator::sync_cluster_cidrs`]).
-    cluster_cidrs: ClusterCidrs,
+    cluster_cidrs: Hosting,
     service_cidrs: Vec<Cidr>,
     nodes: HashMap<NodeName, NodeRecord>,
     /// Served records in [`RecordState::Skipped`] (kept in step by [`Allocator::put`],
@@ -226,7 +226,7 @@ impl Allocator {
             skipped: 0,
             sizing,
             label_refusals: HashMap::new(),
-            cluster_cidrs: ClusterCidrs::default(),
+            cluster_cidrs: Hosting::default(),
             holdings_generation: 0,
             space_holders_memo: None,
             space_holders_visited: 0,
@@ -636,10 +636,10 @@ mod node_pool_tests;
 mod selector_tests;
 
 #[cfg(test)]
-mod cluster_cidrs_tests;
+mod flag_cidrs_tests;
 
 #[cfg(test)]
-mod cluster_cidrs_hostile_tests;
+mod flag_cidrs_hostile_tests;
 
 #[cfg(test)]
 mod mapped_tests;

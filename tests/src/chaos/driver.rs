@@ -553,7 +553,7 @@ impl Driver<'_> {
         config.deletion_quarantine = Duration::ZERO;
         config.instance = Some(identity.clone());
         // `--cidr-allocator-type=MultiCIDRRangeAllocator` for the ClusterCIDR variant.
-        config.cluster_cidrs = self.plan.cluster_cidrs.is_some();
+        config.watch_cluster_cidr_objects = self.plan.cluster_cidrs.is_some();
         config.leader_election = self.plan.leader_election(&identity);
         if write_intents_off() {
             // The design before issue 30 (`CHAOS_NO_WRITE_INTENTS`): no intents in the Lease;

@@ -486,7 +486,7 @@ pub async fn wait_cluster_cidr(
 /// sets): [`fast_config`] for `--cluster-cidr=cluster_cidr`, IPv6 mask `v6_mask`.
 pub fn with_cluster_cidrs(cluster_cidr: &str, v6_mask: Option<u8>) -> ControllerConfig {
     let mut config = fast_config(ipam(cluster_cidr, "", masks(None, None, v6_mask)));
-    config.cluster_cidrs = true;
+    config.watch_cluster_cidr_objects = true;
     config
 }
 

@@ -296,8 +296,9 @@ async fn rbac_rules_equal_the_api_calls_in(dir: &str) {
         renew_deadline: Duration::from_secs(1),
         retry_period: Duration::from_millis(200),
     });
-    config.cluster_cidrs = cli.ipam.cidr_allocator_type == nodeipam::flags::MULTI_CIDR_ALLOCATOR;
-    if config.cluster_cidrs {
+    config.watch_cluster_cidr_objects =
+        cli.ipam.cidr_allocator_type == nodeipam::flags::MULTI_CIDR_ALLOCATOR;
+    if config.watch_cluster_cidr_objects {
         // A pool for Nodes that do not exist (the four still share two blocks): it gets the
         // finalizer and a status. Created by the test, so its request is not the controller's.
         common::create_cluster_cidr(
@@ -343,7 +344,7 @@ async fn rbac_rules_equal_the_api_calls_in(dir: &str) {
                     .filter(|c| c.resource == "leases" && c.verb == "update")
                     .count()
                     >= 2
-                && (!config.cluster_cidrs
+                && (!config.watch_cluster_cidr_objects
                     || (saw(&calls, "clustercidrs", "patch")
                         && saw(&calls, "clustercidrs/status", "patch")
                         && saw(&calls, "clustercidrs", "watch")))

@@ -25,7 +25,7 @@ use super::{create_fixture_nodes, pod_cidrs_and_versions as nodes_state};
 /// most `retry_max_delay`.
 fn config(retry_max_delay: Duration) -> ControllerConfig {
     let mut config = fast_config(ipam("10.244.0.0/23", "", masks(Some(24), None, None)));
-    config.cluster_cidrs = true;
+    config.watch_cluster_cidr_objects = true;
     config.retry_max_delay = retry_max_delay;
     config
 }

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use super::decide::{
     Known, ObjectChange, Observed, Term, Write, decide, observe_fence, status_patch,
 };
-use super::{ClusterCidrs, Entry, FINALIZER, RECHECK_INTERVAL, STATUS_WRITE_INTERVAL};
+use super::{Entry, FINALIZER, ObjectView, RECHECK_INTERVAL, STATUS_WRITE_INTERVAL};
 use super::{lock, publish_invalid, sync_and_wake, wake_all};
 use crate::cluster_cidr::ClusterCidrPool;
 use crate::cluster_cidr::status::PoolState;
@@ -41,7 +41,7 @@ struct WriterMemory {
 /// names this allocating term in the stamps.
 pub(in crate::controller) async fn write(
     api: Api<DynamicObject>,
-    view: Arc<ClusterCidrs>,
+    view: Arc<ObjectView>,
     shared: Arc<Shared>,
     recorder: Recorder,
     term: Term,
@@ -335,7 +335,7 @@ async fn transmit(
 /// removal stays [`Fence::Removing`]). Returns the `resourceVersion` the next write of this
 /// round is decided on, when ours applied.
 fn settle(
-    view: &ClusterCidrs,
+    view: &ObjectView,
     shared: &Shared,
     (name, entry): (&str, &Entry),
     request: &Request,

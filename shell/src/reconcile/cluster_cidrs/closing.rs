@@ -3,7 +3,7 @@
 //! **The holder rule, one home.** A Node *holds a block of ClusterCIDR P* when one of the CIDRs the
 //! allocator holds for it (its podCIDRs, a pending allocation, the reserved part of a skipped
 //! Node's ranges) lies inside ([`Cidr::contains`]) one of P's hosted ranges or a range once hosted
-//! under P's name ([`super::ClusterCidrs::retired`]). [`Allocator::pool_holders`] counts them; the
+//! under P's name ([`super::Hosting::retired`]). [`Allocator::pool_holders`] counts them; the
 //! status (`Deleting, N Node(s)`) and the finalizer's removal both read that count.
 //!
 //! **The closing fence.** The writer counts the holders under the allocator's lock, then sends

@@ -17,7 +17,7 @@ struct Found {
     candidate: RangeCandidate,
 }
 
-/// A range of [`super::ClusterCidrs`].
+/// A range of [`super::Hosting`].
 #[derive(Debug, Clone, Copy)]
 enum RangeRef {
     Flag(usize),
