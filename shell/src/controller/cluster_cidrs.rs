@@ -8,7 +8,8 @@
 //!   [`Error::ClusterCidrCrdMissing`], naming `kubectl apply -f deploy/crds/clustercidrs.yaml`;
 //!   another failure is retried with the informer's backoff.
 //! - **Watched.** `watch` runs kube-runtime's `watcher` over `Api<DynamicObject>` (the CRD is
-//!   ours but the status type lives apart from [`ClusterCidrObject`], so the objects are read
+//!   ours but the status type lives apart from
+//!   [`ClusterCidrObject`](crate::cluster_cidr::ClusterCidrObject), so the objects are read
 //!   generically and split); after each change the allocator gets the whole view under its lock
 //!   and, when a pool brought capacity, every waiting Node is woken under the same lock (a Node
 //!   that failed just before the sync is then already among the waiters; one deciding after it

@@ -505,8 +505,8 @@ impl Shared {
 /// its I/O on at most `workers` concurrent tasks; then waits for the tasks in flight (each bounded
 /// by the request timeout). A panicking task is reported as an error.
 ///
-/// With write intents it decides up to [`WriteGate::decide_ahead`] Nodes more than it has workers
-/// and records each assignment's intent at once ([`WriteGate::record_ahead`]): those Nodes wait
+/// With write intents it decides up to `WriteGate::decide_ahead` Nodes more than it has workers
+/// and records each assignment's intent at once (`WriteGate::record_ahead`): those Nodes wait
 /// for a worker in decision order (a fair semaphore), and one Lease write commits the intents of
 /// many of them (issue 30 item 5). Their blocks are reserved from the decision on, as a worker's
 /// are; a stop sends none of them (the write window is closed first).
