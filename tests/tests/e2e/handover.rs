@@ -61,6 +61,26 @@ fn late_write_outcomes(sb: &SandboxHandle) -> Vec<LateWriteOutcome> {
         .collect()
 }
 
+/// Starts replica A (it leads) and replica B (it stands by), then waits until A's PATCH of LATE
+/// has met the late write armed for it: the opening of the hand-over tests with two replicas.
+async fn a_leads_with_a_write_in_doubt_and_b_stands_by(
+    sb: &SandboxHandle,
+    ipam: &nodeipam_core::IpamConfig,
+) -> (common::Running, common::Running) {
+    let a = spawn_as(sb, config(ipam, "a"), "a");
+    let ha = a.health.clone();
+    assert!(sb.wait_until(WAIT, |_| ha.is_leading()).await, "A leads");
+    let b = spawn_as(sb, config(ipam, "b"), "b");
+    let hb = b.health.clone();
+    assert!(sb.wait_until(WAIT, |_| hb.is_ready()).await, "B stands by");
+    assert!(
+        sb.wait_until(WAIT, |sb| late_write_outcomes(sb)
+            == [LateWriteOutcome::Pending])
+            .await,
+        "A's PATCH of LATE never got the late write"
+    );
+    (a, b)
+}
 /// Position in the request log of the first Lease UPDATE that empties `holderIdentity`.
 fn release_position(sb: &SandboxHandle) -> Option<usize> {
     sb.requests().into_iter().position(|r| {
@@ -94,18 +114,8 @@ async fn a_cleanly_stopped_leader_keeps_the_lease_until_its_write_in_doubt_canno
         FaultRule::new(Verb::Patch, Resource::Nodes, 1000, FaultAction::Status(503)).named(LATE),
     );
 
-    let a = spawn_as(&sb, config(&ipam, "a"), "a");
-    let ha = a.health.clone();
-    assert!(sb.wait_until(WAIT, |_| ha.is_leading()).await, "A leads");
-    let b = spawn_as(&sb, config(&ipam, "b"), "b");
+    let (a, b) = a_leads_with_a_write_in_doubt_and_b_stands_by(&sb, &ipam).await;
     let hb = b.health.clone();
-    assert!(sb.wait_until(WAIT, |_| hb.is_ready()).await, "B stands by");
-    assert!(
-        sb.wait_until(WAIT, |sb| late_write_outcomes(sb)
-            == [LateWriteOutcome::Pending])
-            .await,
-        "A's PATCH of LATE never got the late write"
-    );
 
     // SIGTERM to A while its write is in doubt.
     let stop_signal_at = sb.requests().len();
@@ -313,18 +323,8 @@ async fn a_write_delivered_after_the_lease_passed_on_cannot_give_its_block_to_a_
         FaultRule::new(Verb::Patch, Resource::Nodes, 1000, FaultAction::Status(503)).named(LATE),
     );
 
-    let a = spawn_as(&sb, config(&ipam, "a"), "a");
-    let ha = a.health.clone();
-    assert!(sb.wait_until(WAIT, |_| ha.is_leading()).await, "A leads");
-    let b = spawn_as(&sb, config(&ipam, "b"), "b");
+    let (a, b) = a_leads_with_a_write_in_doubt_and_b_stands_by(&sb, &ipam).await;
     let hb = b.health.clone();
-    assert!(sb.wait_until(WAIT, |_| hb.is_ready()).await, "B stands by");
-    assert!(
-        sb.wait_until(WAIT, |sb| late_write_outcomes(sb)
-            == [LateWriteOutcome::Pending])
-            .await,
-        "A's PATCH of LATE never got the late write"
-    );
     // The intent was in the Lease before the PATCH was sent.
     let intents = lease_intents(&sb);
     assert!(
