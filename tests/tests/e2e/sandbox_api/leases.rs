@@ -107,3 +107,50 @@ async fn lease_writes_record_owners_and_get_conflicts_already_exists_and_validat
     sb.shutdown().await;
 }
 
+/// Server-side apply is not served (the controller never sends it): 415 naming the patch types
+/// the sandbox accepts, for an existing Lease and a missing one, and nothing written.
+#[tokio::test]
+async fn an_apply_patch_is_refused_with_415_and_writes_nothing() {
+    let sb = Sandbox::start(Value::Null).await;
+    let leases: Api<Lease> = Api::namespaced(sb.client(), NS);
+    let hold = |name: &str| {
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name}, "spec": {"holderIdentity": "applied"}})
+    };
+    let lease: Lease = serde_json::from_value(hold("l")).expect("lease");
+    let created = leases.create(&post_as("m1"), &lease).await.expect("create");
+    for name in ["l", "missing"] {
+        let refused = leases
+            .patch(
+                name,
+                &PatchParams::apply("m2").force(),
+                &Patch::Apply(hold(name)),
+            )
+            .await;
+        match refused {
+            Err(kube::Error::Api(s)) => {
+                assert_eq!((s.code, s.reason.as_str()), (415, "UnsupportedMediaType"));
+                // What it accepts (before the echoed content type): the three other patch types.
+                let accepted = s.message.split(" (got").next().unwrap_or_default();
+                assert!(
+                    accepted.contains("application/merge-patch+json")
+                        && !accepted.contains("apply"),
+                    "{}",
+                    s.message
+                );
+            }
+            other => panic!("expected 415, got {other:?}"),
+        }
+    }
+    let after = leases.get("l").await.expect("get");
+    assert_eq!(
+        after.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    assert_eq!(owners(&after), owners(&created));
+    assert!(
+        leases.get_opt("missing").await.expect("get").is_none(),
+        "an apply must not create"
+    );
+    sb.shutdown().await;
+}
