@@ -1,14 +1,12 @@
-//! Field ownership (`metadata.managedFields`) and server-side apply.
+//! Field ownership (`metadata.managedFields`) of writes.
 //!
-//! Ownership is tracked per (manager, operation) on leaf paths: scalars and lists (atomic) under every top-level field except `apiVersion`, `kind` and `metadata` (of which only
-//! `labels`, `annotations`, `finalizers` and `ownerReferences` are tracked). Rules, as
-//! structured-merge-diff applies them:
-//! - a non-apply write (create/update/patch) by manager M takes every leaf it changed: M/Update owns
-//!   it, every other entry loses it; leaves that disappear lose all owners;
-//! - an apply by M conflicts (409) on each applied leaf whose live value differs and that another
-//!   entry owns (any manager other than M/Apply, including M/Update); `force=true` takes them;
-//!   equal values become shared; leaves M applied before and omits now are removed from the object
-//!   unless another entry still owns them.
+//! Every write the sandbox serves is a non-apply write (create, update, patch; server-side apply
+//! is refused with 415, see [`super::write::PatchType`]), so every entry is an `Update` entry.
+//! Ownership is tracked per manager on leaf paths: scalars and lists (atomic) under every
+//! top-level field except `apiVersion`, `kind` and `metadata` (of which only `labels`,
+//! `annotations`, `finalizers` and `ownerReferences` are tracked). The rule, as
+//! structured-merge-diff applies it to an update: manager M takes every leaf the write changed
+//! (M/Update owns it, every other entry loses it); leaves that disappear lose all owners.
 //!
 //! Not covered: list element ownership (`k:`/`v:` keys): lists are atomic leaves here.
 
@@ -24,8 +22,6 @@ pub type FieldPath = Vec<String>;
 pub struct ManagedEntry {
     /// Field manager name.
     pub manager: String,
-    /// `true` for `operation: Apply`, `false` for `Update`.
-    pub apply: bool,
     /// RFC 3339 time of the last change of this entry.
     pub time: String,
     /// Owned leaf paths (scalars and atomic lists).
@@ -67,11 +63,6 @@ pub fn leaves(obj: &Value) -> BTreeMap<FieldPath, Value> {
     let mut out = BTreeMap::new();
     walk(obj, &mut Vec::new(), &mut out);
     out
-}
-
-/// Path as messages print it: `.spec.holderIdentity`.
-pub fn path_text(p: &FieldPath) -> String {
-    p.iter().map(|s| format!(".{s}")).collect()
 }
 
 /// The tracked leaf at `path` in `obj`, if there is one (as [`leaves`] would list it).
@@ -122,7 +113,7 @@ fn changed_leaves(
     }
 }
 
-/// Record a non-apply write by `manager` that turned `old` into `new`.
+/// Record a write by `manager` that turned `old` into `new`.
 ///
 /// Cost: the subtrees that differ plus one lookup per owned path (not a walk of both objects).
 pub fn record_update(
@@ -139,127 +130,19 @@ pub fn record_update(
             .retain(|p| leaf_at(new, p).is_some() && !changed.contains(p));
     }
     if !changed.is_empty() {
-        match entries
-            .iter_mut()
-            .find(|e| e.manager == manager && !e.apply)
-        {
+        match entries.iter_mut().find(|e| e.manager == manager) {
             Some(e) => {
                 e.fields.extend(changed);
                 e.time = now.to_owned();
             }
             None => entries.push(ManagedEntry {
                 manager: manager.to_owned(),
-                apply: false,
                 time: now.to_owned(),
                 fields: changed,
             }),
         }
     }
     entries.retain(|e| !e.fields.is_empty());
-}
-
-fn deep_merge(doc: &mut Value, applied: &Value) {
-    match (doc, applied) {
-        (Value::Object(d), Value::Object(a)) => {
-            for (k, v) in a {
-                match d.get_mut(k) {
-                    Some(existing) if existing.is_object() && v.is_object() => {
-                        deep_merge(existing, v)
-                    }
-                    _ => {
-                        if !v.is_null() {
-                            d.insert(k.clone(), v.clone());
-                        }
-                    }
-                }
-            }
-        }
-        (d, a) => *d = a.clone(),
-    }
-}
-
-fn remove_path(doc: &mut Value, path: &[String]) {
-    let Some((last, parents)) = path.split_last() else {
-        return;
-    };
-    let mut cur = doc;
-    for p in parents {
-        match cur.get_mut(p) {
-            Some(next) => cur = next,
-            None => return,
-        }
-    }
-    if let Value::Object(m) = cur {
-        m.remove(last);
-    }
-}
-
-/// Server-side apply of `applied` by `manager` onto `live`.
-///
-/// Returns the new object, or the list of (other manager, field path) conflicts.
-pub fn apply(
-    entries: &mut Vec<ManagedEntry>,
-    manager: &str,
-    force: bool,
-    live: &Value,
-    applied: &Value,
-    now: &str,
-) -> Result<Value, Vec<(String, String)>> {
-    let live_leaves = leaves(live);
-    let applied_leaves = leaves(applied);
-    let mut conflicts = Vec::new();
-    let mut taken: BTreeSet<FieldPath> = BTreeSet::new();
-    for (p, v) in &applied_leaves {
-        if live_leaves.get(p) == Some(v) {
-            continue;
-        }
-        for e in entries.iter() {
-            if (e.manager != manager || !e.apply) && e.fields.contains(p) {
-                conflicts.push((e.manager.clone(), path_text(p)));
-            }
-        }
-        taken.insert(p.clone());
-    }
-    if !conflicts.is_empty() && !force {
-        return Err(conflicts);
-    }
-    let mut new = live.clone();
-    deep_merge(&mut new, applied);
-    let previous: BTreeSet<FieldPath> = entries
-        .iter()
-        .find(|e| e.manager == manager && e.apply)
-        .map(|e| e.fields.clone())
-        .unwrap_or_default();
-    for p in previous.iter().filter(|p| !applied_leaves.contains_key(*p)) {
-        let others = entries
-            .iter()
-            .any(|e| !(e.manager == manager && e.apply) && e.fields.contains(p));
-        if !others {
-            remove_path(&mut new, p);
-        }
-    }
-    for e in entries.iter_mut() {
-        if !(e.manager == manager && e.apply) {
-            e.fields.retain(|p| !taken.contains(p));
-        }
-    }
-    let fields: BTreeSet<FieldPath> = applied_leaves.into_keys().collect();
-    match entries.iter_mut().find(|e| e.manager == manager && e.apply) {
-        Some(e) => {
-            if e.fields != fields {
-                e.time = now.to_owned();
-            }
-            e.fields = fields;
-        }
-        None => entries.push(ManagedEntry {
-            manager: manager.to_owned(),
-            apply: true,
-            time: now.to_owned(),
-            fields,
-        }),
-    }
-    entries.retain(|e| !e.fields.is_empty());
-    Ok(new)
 }
 
 /// Render entries as `metadata.managedFields` (`fieldsType: FieldsV1`).
@@ -285,7 +168,7 @@ pub fn render(entries: &[ManagedEntry], api_version: &str) -> Value {
             }
             json!({
                 "manager": e.manager,
-                "operation": if e.apply { "Apply" } else { "Update" },
+                "operation": "Update",
                 "apiVersion": api_version,
                 "time": e.time,
                 "fieldsType": "FieldsV1",
@@ -299,20 +182,6 @@ pub fn render(entries: &[ManagedEntry], api_version: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn apply_conflicts_with_other_owner_unless_forced() {
-        let mut entries = Vec::new();
-        let live = json!({"spec": {}});
-        let a = json!({"spec": {"holderIdentity": "a", "renewTime": "t1"}});
-        let after_a = apply(&mut entries, "a", false, &live, &a, "now").expect("first apply");
-        let b = json!({"spec": {"holderIdentity": "b", "renewTime": "t2"}});
-        let conflicts = apply(&mut entries, "b", false, &after_a, &b, "now").expect_err("conflict");
-        assert_eq!(conflicts.len(), 2);
-        let forced = apply(&mut entries, "b", true, &after_a, &b, "now").expect("forced");
-        assert_eq!(forced["spec"]["holderIdentity"], "b");
-        assert!(entries.iter().all(|e| e.manager == "b"));
-    }
 
     /// The diff walk of `record_update` finds exactly the leaves whose value changed (the
     /// definition over [`leaves`]).
@@ -343,12 +212,21 @@ mod tests {
     fn update_takes_ownership_and_removal_frees() {
         let mut entries = Vec::new();
         let live = json!({"spec": {}});
-        let a = json!({"spec": {"holderIdentity": "a"}});
-        let after_a = apply(&mut entries, "a", false, &live, &a, "now").expect("apply");
-        let cleared = json!({"spec": {}});
-        record_update(&mut entries, "a", &after_a, &cleared, "now");
+        let a = json!({"spec": {"holderIdentity": "a", "renewTime": "t1"}});
+        record_update(&mut entries, "a", &live, &a, "now");
+        let b = json!({"spec": {"holderIdentity": "b", "renewTime": "t1"}});
+        record_update(&mut entries, "b", &a, &b, "now");
+        let owned = |m: &str| -> Vec<FieldPath> {
+            entries
+                .iter()
+                .filter(|e| e.manager == m)
+                .flat_map(|e| e.fields.iter().cloned())
+                .collect()
+        };
+        let path = |leaf: &str| vec!["spec".to_owned(), leaf.to_owned()];
+        assert_eq!(owned("a"), [path("renewTime")]);
+        assert_eq!(owned("b"), [path("holderIdentity")]);
+        record_update(&mut entries, "c", &b, &live, "now");
         assert!(entries.is_empty());
-        let b = json!({"spec": {"holderIdentity": "b"}});
-        assert!(apply(&mut entries, "b", false, &cleared, &b, "now").is_ok());
     }
 }

@@ -12,8 +12,9 @@
 //! - writes through kube-apiserver's update rules ([`update`], [`mod@write`]): `409 Conflict` on a
 //!   stale resourceVersion or a PUT uid precondition, `422 Invalid` for immutable metadata (a
 //!   PATCH carrying another uid), Node podCIDR rules, finalizers; no-op writes keep their
-//!   resourceVersion; strategic / merge / JSON patches and server-side apply with field ownership
-//!   (enough for kube-lease-manager);
+//!   resourceVersion; strategic / merge / JSON patches; `metadata.managedFields` recorded as
+//!   `Update` entries ([`fields`]). Server-side apply is not served (415): the controller never
+//!   sends it;
 //! - request deadlines as `WithRequestDeadline` sets them (the `timeout` query parameter, else
 //!   60 s; WATCH exempt): nothing is run or committed past a request's deadline, however a fault
 //!   holds it ([`deadline`]);
@@ -87,7 +88,6 @@ pub use write::PatchType;
 use log::RequestLog;
 use server::{Shared, Stats};
 use store::Store;
-use write::Ownership;
 
 /// Field manager used for writes made through [`SandboxHandle`] mutations.
 pub const TEST_ACTOR: &str = "sandbox-test-actor";
@@ -438,13 +438,8 @@ impl SandboxHandle {
     /// As the API: 409 AlreadyExists, 422 Invalid, 400.
     fn create_as_actor(&self, resource: Resource, object: Value) -> Result<Value, ApiError> {
         self.write(|s| {
-            s.create(
-                resource,
-                "",
-                object,
-                Ownership::Update(TEST_ACTOR.to_owned()),
-            )
-            .map(|o| o.to_value())
+            s.create(resource, "", object, TEST_ACTOR)
+                .map(|o| o.to_value())
         })
     }
 
@@ -491,7 +486,6 @@ impl SandboxHandle {
                 patch,
                 None,
                 TEST_ACTOR,
-                false,
             )
             .map(|o| o.to_value())
         })
@@ -514,7 +508,6 @@ impl SandboxHandle {
                 patch,
                 Some("status"),
                 TEST_ACTOR,
-                false,
             )
             .map(|o| o.to_value())
         })
@@ -541,7 +534,7 @@ impl SandboxHandle {
         })
     }
 
-    /// Watch every committed write: `f` is called for each create, update, patch, apply and
+    /// Watch every committed write: `f` is called for each create, update, patch and
     /// delete (of any resource, whoever made it: API clients or this handle), in commit order,
     /// synchronously under the store lock — before the writer is answered and before any watcher
     /// sees the change — so it sees every state the server passes through (e.g. to check at each

@@ -163,7 +163,7 @@ pub enum Verb {
     Create,
     /// PUT.
     Update,
-    /// PATCH (any patch type, including server-side apply).
+    /// PATCH (any content type, also one refused with 415, e.g. server-side apply).
     Patch,
     /// DELETE of one object.
     Delete,

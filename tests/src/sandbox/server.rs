@@ -25,7 +25,7 @@ use super::select::Selector;
 use super::status::ApiError;
 use super::store::{Key, Store};
 use super::watch;
-use super::write::{Deleted, Ownership, PatchType};
+use super::write::{Deleted, PatchType};
 
 /// Largest request body accepted (kube-apiserver's limit is 3 MiB for most writes).
 const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
@@ -680,7 +680,7 @@ fn dispatch(shared: &Arc<Shared>, call: &Call) -> Result<Reply, ApiError> {
             let body = parse_body(bytes)?;
             shared
                 .store()
-                .create(res, &ns, body, Ownership::Update(manager.to_owned()))
+                .create(res, &ns, body, manager)
                 .map(|o| Reply::Object(201, o))
         }
         Verb::Update => {
@@ -700,26 +700,10 @@ fn dispatch(shared: &Arc<Shared>, call: &Call) -> Result<Reply, ApiError> {
                 None => return Err(ApiError::unsupported_media_type(ct)),
             };
             let body = parse_body(bytes)?;
-            let force = truthy(q, "force");
-            if ty == PatchType::Apply && !q.contains_key("fieldManager") {
-                return Err(ApiError::invalid_field_manager());
-            }
-            if ty != PatchType::Apply && force {
-                return Err(ApiError::bad_request(
-                    "force is only allowed for apply patches",
-                ));
-            }
             let mut store = shared.store();
             let existed = store.get(&key()).is_some();
             store
-                .patch(
-                    &key(),
-                    ty,
-                    &body,
-                    target.subresource.as_deref(),
-                    manager,
-                    force,
-                )
+                .patch(&key(), ty, &body, target.subresource.as_deref(), manager)
                 .map(|o| Reply::Object(if existed { 200 } else { 201 }, o))
         }
         Verb::Delete => {

@@ -7,7 +7,7 @@ use super::resource::Resource;
 /// One `details.causes[]` entry of a `Status` (a field-level validation or conflict cause).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cause {
-    /// Machine-readable reason, e.g. `FieldValueInvalid`, `FieldValueForbidden`, `FieldManagerConflict`.
+    /// Machine-readable reason, e.g. `FieldValueInvalid`, `FieldValueForbidden`.
     pub reason: String,
     /// Human-readable message.
     pub message: String,
@@ -180,35 +180,6 @@ impl ApiError {
         .about(res, name)
     }
 
-    /// 409 `Conflict` from server-side apply: fields owned by other managers.
-    pub fn apply_conflict(res: Resource, name: &str, conflicts: &[(String, String)]) -> Self {
-        let list: Vec<String> = conflicts
-            .iter()
-            .map(|(m, f)| format!("conflict with \"{m}\": {f}"))
-            .collect();
-        let message = if conflicts.len() == 1 {
-            format!("Apply failed with 1 conflict: {}", list.join(""))
-        } else {
-            format!(
-                "Apply failed with {} conflicts: {}",
-                conflicts.len(),
-                list.join("\n")
-            )
-        };
-        let mut e = Self::new(409, "Conflict", message).about(res, name);
-        e.causes = conflicts
-            .iter()
-            .map(|(m, f)| {
-                Cause::new(
-                    "FieldManagerConflict",
-                    f.clone(),
-                    format!("conflict with \"{m}\""),
-                )
-            })
-            .collect();
-        e
-    }
-
     /// 422 `Invalid` with field causes: `Node "x" is invalid: spec.podCIDRs: Forbidden: …`.
     ///
     /// As `NewInvalid` (`apimachinery/pkg/api/errors/errors.go`): `details.causes` has every cause
@@ -285,19 +256,23 @@ impl ApiError {
         )
     }
 
-    /// 415 `UnsupportedMediaType`.
+    /// 415 `UnsupportedMediaType` for a PATCH whose content type is not one the sandbox serves,
+    /// server-side apply (`application/apply-patch+yaml`) included. kube-apiserver's wording, with
+    /// the list of media types the sandbox accepts (kube-apiserver's list also has apply).
     pub fn unsupported_media_type(content_type: &str) -> Self {
         Self::new(
             415,
             "UnsupportedMediaType",
             format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type:?})"
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {content_type:?})"
             ),
         )
     }
 
     /// 415 `UnsupportedMediaType` for a strategic merge patch of a custom resource (which has no
-    /// patch strategies): kube-apiserver v1.36's message, word for word.
+    /// patch strategies): kube-apiserver v1.36's message, word for word (checked against it by
+    /// `real_apiserver`'s `crd` test), so it names `application/apply-patch+yaml`, which the sandbox
+    /// itself refuses ([`ApiError::unsupported_media_type`]).
     pub fn unsupported_patch_of_custom_resource() -> Self {
         Self::new(
             415,
@@ -419,20 +394,5 @@ impl ApiError {
             "RequestEntityTooLarge",
             "Request entity too large: limit is 3145728",
         )
-    }
-
-    /// 422 for an apply patch without `fieldManager`.
-    pub fn invalid_field_manager() -> Self {
-        let mut e = Self::new(
-            422,
-            "Invalid",
-            "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
-        );
-        e.causes = vec![Cause::new(
-            "FieldValueRequired",
-            "fieldManager",
-            "Required value: is required for apply patch",
-        )];
-        e
     }
 }

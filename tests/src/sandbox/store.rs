@@ -1,6 +1,6 @@
 //! The object store: objects, the global resourceVersion and the bounded change history that
 //! watches and paginated lists read from. Reads are in [`super::list`], writes (create, update,
-//! patch, apply, delete with kube-apiserver's rules) in [`super::write`].
+//! patch, delete with kube-apiserver's rules) in [`super::write`].
 //!
 //! Every object version is an `Arc<StoredObject>` ([`super::object`]) serialized once when written;
 //! the store, list snapshots and the history share them. Every committed change goes through
@@ -246,7 +246,7 @@ impl Store {
     }
 
     /// Register a commit observer: from now on `f` is called for every committed write (create,
-    /// update, patch, apply, delete — not the initial load), in commit order, synchronously under
+    /// update, patch, delete — not the initial load), in commit order, synchronously under
     /// the store lock, before the writer gets its answer and before any watcher sees the change.
     /// So `f` sees every state the store passes through. It must be quick and must not use the
     /// sandbox (its handle or its API: the store is locked). Returns an id for

@@ -1,4 +1,4 @@
-//! The rules kube-apiserver applies to an update (PUT, every PATCH, server-side apply), one
+//! The rules kube-apiserver applies to an update (PUT, every PATCH), one
 //! function per rule, in the order kube-apiserver applies them. [`super::store::Store`] runs them
 //! in that order (see `Store::commit_update`); each function cites the upstream code it follows
 //! (paths are in `kubernetes/kubernetes`, `staging/src/k8s.io/…` for apiserver/apimachinery).
@@ -318,7 +318,7 @@ pub fn is_no_op(
         && new_managed
             .iter()
             .zip(old_managed)
-            .all(|(x, y)| x.manager == y.manager && x.apply == y.apply && x.fields == y.fields);
+            .all(|(x, y)| x.manager == y.manager && x.fields == y.fields);
     same_owners && equal_ignoring_volatile(new, old)
 }
 

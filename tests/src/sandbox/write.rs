@@ -1,5 +1,6 @@
-//! The write pipeline of the store: load, create, update (PUT), patch (strategic / merge / JSON /
-//! server-side apply) and delete, with kube-apiserver's rules ([`super::update`] for updates).
+//! The write pipeline of the store: load, create, update (PUT), patch (strategic / merge / JSON)
+//! and delete, with kube-apiserver's rules ([`super::update`] for updates). Server-side apply is
+//! not served (see [`PatchType`]); every write records `Update` field ownership ([`fields`]).
 //!
 //! A write parses the stored JSON of the object it changes once, works on `serde_json::Value`s and
 //! serializes the result once into a new [`StoredObject`] version.
@@ -18,16 +19,9 @@ use super::update::{self, Preconditions, meta_str};
 use super::validate;
 use super::{cluster_cidrs, nodes};
 
-/// How the field ownership of a write is recorded.
-#[derive(Debug)]
-pub enum Ownership {
-    /// A non-apply write by this manager.
-    Update(String),
-    /// Entries already computed by server-side apply.
-    Applied(Vec<ManagedEntry>),
-}
-
-/// Patch body types.
+/// Patch body types the sandbox serves. Server-side apply (`application/apply-patch+yaml`) is not
+/// one of them: the controller never sends it, and its request gets **415 UnsupportedMediaType**
+/// like any other unknown patch type ([`ApiError::unsupported_media_type`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PatchType {
     /// `application/strategic-merge-patch+json`.
@@ -36,8 +30,6 @@ pub enum PatchType {
     Merge,
     /// `application/json-patch+json`.
     Json,
-    /// `application/apply-patch+yaml` (JSON bodies only).
-    Apply,
 }
 
 impl PatchType {
@@ -47,9 +39,6 @@ impl PatchType {
             "application/strategic-merge-patch+json" => Some(PatchType::Strategic),
             "application/merge-patch+json" => Some(PatchType::Merge),
             "application/json-patch+json" => Some(PatchType::Json),
-            "application/apply-patch+yaml" | "application/apply-patch+json" => {
-                Some(PatchType::Apply)
-            }
             _ => None,
         }
     }
@@ -191,7 +180,7 @@ impl Store {
         Ok(())
     }
 
-    /// POST: create an object.
+    /// POST: create an object; `manager` owns every field it sets.
     ///
     /// # Errors
     /// 400 (bad body, name), 404 (namespace), 409 AlreadyExists, 422 Invalid.
@@ -200,7 +189,7 @@ impl Store {
         res: Resource,
         ns: &str,
         body: Value,
-        ownership: Ownership,
+        manager: &str,
     ) -> Result<Arc<StoredObject>, ApiError> {
         Self::check_kind(res, &body)?;
         let mut obj = body;
@@ -289,14 +278,8 @@ impl Store {
         if self.objects.contains_key(&key) {
             return Err(ApiError::already_exists(res, &name));
         }
-        let managed = match ownership {
-            Ownership::Update(m) => {
-                let mut entries = Vec::new();
-                fields::record_update(&mut entries, &m, &json!({}), &obj, &now_rfc3339());
-                entries
-            }
-            Ownership::Applied(e) => e,
-        };
+        let mut managed = Vec::new();
+        fields::record_update(&mut managed, manager, &json!({}), &obj, &now_rfc3339());
         self.rv += 1;
         let stored = versioned(&key, self.rv, &mut obj, managed);
         self.commit(ChangeType::Added, Arc::clone(&stored), None, (None, &obj));
@@ -343,7 +326,7 @@ impl Store {
             (&old, old_value),
             body,
             subresource,
-            Ownership::Update(manager.to_owned()),
+            manager,
         )
     }
 
@@ -352,13 +335,11 @@ impl Store {
     /// As kube-apiserver's `patcher.applyPatch` (`apiserver/pkg/endpoints/handlers/patch.go`), a
     /// patch has no storage preconditions: a `metadata.uid` in the patch replaces the stored one
     /// in the patched object and is refused as an immutable-field change (**422 Invalid**, see
-    /// [`update::validate_update`]). A non-apply patch of a missing object is **404 NotFound**
-    /// (`createNewObject` of the json/smp patchers); an apply patch of a missing object creates
-    /// it, unless it names a uid (**409 Conflict** `uid mismatch: the provided object specified
-    /// uid X, and no existing object was found`).
+    /// [`update::validate_update`]). A patch of a missing object is **404 NotFound**
+    /// (`createNewObject` of the json/smp patchers).
     ///
     /// # Errors
-    /// 404, 409 (stale resourceVersion, apply conflict, uid on create), 422, 400.
+    /// 404, 409 (stale resourceVersion), 422, 400.
     pub fn patch(
         &mut self,
         key: &Key,
@@ -366,58 +347,8 @@ impl Store {
         body: &Value,
         subresource: Option<&str>,
         manager: &str,
-        force: bool,
     ) -> Result<Arc<StoredObject>, ApiError> {
         let res = key.res;
-        let none = Preconditions::default();
-        if ty == PatchType::Apply {
-            Self::check_kind(res, body)?;
-            if body.get("apiVersion").and_then(Value::as_str).is_none()
-                || body.get("kind").and_then(Value::as_str).is_none()
-            {
-                return Err(ApiError::bad_request(
-                    "apiVersion and kind must be set in an apply patch",
-                ));
-            }
-            let body_name = meta_str(body, "name");
-            if !body_name.is_empty() && body_name != key.name {
-                return Err(ApiError::bad_request(format!(
-                    "the name of the object ({body_name}) does not match the name on the URL ({})",
-                    key.name
-                )));
-            }
-            let now = now_rfc3339();
-            let Some(stored) = self.objects.get(key).cloned() else {
-                let uid = meta_str(body, "uid");
-                if !uid.is_empty() {
-                    return Err(ApiError::conflict(
-                        res,
-                        &key.name,
-                        format!(
-                            "uid mismatch: the provided object specified uid {uid}, and no existing object was found"
-                        ),
-                    ));
-                }
-                let mut entries = Vec::new();
-                let seed = json!({"metadata": {"name": key.name}});
-                let mut obj = fields::apply(&mut entries, manager, force, &seed, body, &now)
-                    .map_err(|c| ApiError::apply_conflict(res, &key.name, &c))?;
-                obj["metadata"]["name"] = json!(key.name);
-                return self.create(res, &key.ns, obj, Ownership::Applied(entries));
-            };
-            let mut entries = stored.managed().to_vec();
-            let live = stored.to_value();
-            let new = fields::apply(&mut entries, manager, force, &live, body, &now)
-                .map_err(|c| ApiError::apply_conflict(res, &key.name, &c))?;
-            return self.commit_update(
-                key,
-                &none,
-                (&stored, live),
-                new,
-                subresource,
-                Ownership::Applied(entries),
-            );
-        }
         let old = self.existing(key)?;
         let old_value = old.to_value();
         let mut doc = old_value.clone();
@@ -430,7 +361,6 @@ impl Store {
                 patch::merge_patch(&mut doc, body);
             }
             PatchType::Json => patch::json_patch(res, &key.name, &mut doc, body)?,
-            PatchType::Apply => {}
         }
         // `checkName` in patch.go: the patched object must keep the URL's name.
         if meta_str(&doc, "name") != key.name {
@@ -442,18 +372,18 @@ impl Store {
         }
         self.commit_update(
             key,
-            &none,
+            &Preconditions::default(),
             (&old, old_value),
             doc,
             subresource,
-            Ownership::Update(manager.to_owned()),
+            manager,
         )
     }
 
-    /// The update pipeline shared by PUT, PATCH and apply: the rules of [`super::update`] in
+    /// The update pipeline shared by PUT and PATCH: the rules of [`super::update`] in
     /// kube-apiserver's order (`Store.Update` in `apiserver/pkg/registry/generic/registry/
-    /// store.go`), then the field ownership, the no-op check and the write. `old` is the stored
-    /// version and its parsed value.
+    /// store.go`), then the field ownership (`manager` takes what the write changed), the no-op
+    /// check and the write. `old` is the stored version and its parsed value.
     fn commit_update(
         &mut self,
         key: &Key,
@@ -461,7 +391,7 @@ impl Store {
         old: (&Arc<StoredObject>, Value),
         candidate: Value,
         subresource: Option<&str>,
-        ownership: Ownership,
+        manager: &str,
     ) -> Result<Arc<StoredObject>, ApiError> {
         let res = key.res;
         let (old, old_value) = old;
@@ -483,14 +413,8 @@ impl Store {
         if !causes.is_empty() {
             return Err(ApiError::invalid(res, &key.name, causes));
         }
-        let managed = match ownership {
-            Ownership::Update(manager) => {
-                let mut e = old.managed().to_vec();
-                fields::record_update(&mut e, &manager, &old_value, &new, &now_rfc3339());
-                e
-            }
-            Ownership::Applied(e) => e,
-        };
+        let mut managed = old.managed().to_vec();
+        fields::record_update(&mut managed, manager, &old_value, &new, &now_rfc3339());
         if update::is_no_op(&new, &old_value, &managed, old.managed()) {
             return Ok(Arc::clone(old));
         }
@@ -596,22 +520,22 @@ mod tests {
         let key = Key::new(Resource::Nodes, "", "n1");
         let node = json!({"metadata": {"name": "n1", "finalizers": ["f"]}, "spec": {}});
         let created = store
-            .create(Resource::Nodes, "", node, Ownership::Update("t".into()))
+            .create(Resource::Nodes, "", node, "t")
             .expect("create");
         let cidrs = json!({"spec": {"podCIDRs": ["10.0.0.0/24"]}});
         store
-            .patch(&key, PatchType::Strategic, &cidrs, None, "t", false)
+            .patch(&key, PatchType::Strategic, &cidrs, None, "t")
             .expect("patch");
         // A no-op and a refused write are not commits.
         store
-            .patch(&key, PatchType::Strategic, &cidrs, None, "t", false)
+            .patch(&key, PatchType::Strategic, &cidrs, None, "t")
             .expect("no-op");
         // Both fields: `podCIDRs` alone would be overruled by the stored `podCIDR` (the v1
         // conversion makes it authoritative) and be a no-op.
         let other = json!({"spec": {"podCIDR": "10.0.1.0/24", "podCIDRs": ["10.0.1.0/24"]}});
         assert!(
             store
-                .patch(&key, PatchType::Merge, &other, None, "t", false)
+                .patch(&key, PatchType::Merge, &other, None, "t")
                 .is_err()
         );
         assert!(matches!(
@@ -620,7 +544,7 @@ mod tests {
         ));
         let release = json!({"metadata": {"finalizers": null}});
         store
-            .patch(&key, PatchType::Merge, &release, None, "t", false)
+            .patch(&key, PatchType::Merge, &release, None, "t")
             .expect("finalizers removed");
         assert!(store.get(&key).is_none());
         let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();

@@ -38,7 +38,6 @@ mod workers;
 
 // Leader election.
 mod leader_election;
-mod sandbox_leases;
 
 // Several `--cluster-cidr` flag CIDRs per family (issue 18 §1).
 mod flag_cidrs;

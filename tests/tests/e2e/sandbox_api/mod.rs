@@ -2,6 +2,7 @@
 
 mod events;
 mod faults;
+mod leases;
 mod list_watch;
 mod objects;
 mod process;
