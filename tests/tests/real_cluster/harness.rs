@@ -231,7 +231,10 @@ impl Cluster {
                 && field("/verb") == Some("patch")
                 && field("/user/username") == Some(user)
                 && field("/objectRef/subresource").is_none()
-                && event.pointer("/responseStatus/code").and_then(|v| v.as_u64()) == Some(200)
+                && event
+                    .pointer("/responseStatus/code")
+                    .and_then(|v| v.as_u64())
+                    == Some(200)
                 && sets_pod_cidr
             {
                 let node = field("/objectRef/name").unwrap().to_owned();
