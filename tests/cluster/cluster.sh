@@ -592,6 +592,12 @@ EOF
     start "$(node_proc "$i" kubelet)" "${IN_NODE[@]}" "$BIN/kubelet" --config="$dir/kubelet.yaml" \
         --kubeconfig="$STATE/$pki.kubeconfig" --root-dir="$dir/kubelet" \
         --hostname-override="$name" --node-ip="$ip" -v=1
+}
+
+# register_node I: waits for Node I's registration and labels it.
+register_node() {
+    local name
+    name="$(node_name "$1")"
     wait_for "Node $name" 60 KUBECTL get node "$name"
     # The chart and deploy/ place the controller on control-plane Nodes (the kubelet may not
     # set node-role labels itself).
@@ -613,7 +619,7 @@ node_cgroup_root() {
 }
 
 # add_node I (I > 0): Node I's network namespace, on a veth in the host bridge; its cgroup root;
-# its containerd with the images; its kubelet.
+# its containerd with the images (its kubelet: start_kubelet).
 add_node() {
     local i="$1" name ip veth
     name="$(node_name "$i")"
@@ -630,7 +636,6 @@ add_node() {
     node_cgroup_root "$name"
     start_containerd "$i"
     import_images "$i"
-    start_kubelet "$i"
 }
 
 node_has_pod_cidr() {
@@ -710,9 +715,15 @@ up() {
     start_control_plane
     start_containerd 0
     import_images 0
-    start_kubelet 0
     for ((i = 1; i < nodes; i++)); do
         add_node "$i"
+    done
+    # The kubelets start together and register meanwhile.
+    for ((i = 0; i < nodes; i++)); do
+        start_kubelet "$i"
+    done
+    for ((i = 0; i < nodes; i++)); do
+        register_node "$i"
     done
     if [[ "$controller" == true ]]; then
         install_controller
