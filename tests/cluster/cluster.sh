@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# A one-node Kubernetes cluster on this machine, with the controller running as a Pod (issue 33):
+# A one-node (or N-node) Kubernetes cluster on this machine, with the controller running as a Pod
+# (issue 33):
 #
 #   sudo tests/cluster/cluster.sh up      # prints the KUBECONFIG to use
+#   sudo tests/cluster/cluster.sh up --nodes 2   # two real Nodes, the chart's two replicas
 #   sudo tests/cluster/cluster.sh down    # always safe to run; leaves nothing behind
 #
 # What runs (all on a bridge this script creates, `nodeipam0`, 10.99.0.1/24, never a real
@@ -23,7 +25,21 @@
 #                                                               (the release binary in the final
 #                                                               image's contents)
 #   the controller                                              the Helm chart (charts/nodeipam)
-#                                                               with the pinned helm, one replica
+#                                                               with the pinned helm: one replica
+#                                                               on one Node, the chart's two on
+#                                                               two or more
+#
+# With `up --nodes N`, Nodes 1…N-1 (nodeipam-node-1 at 10.99.0.2, …) are real kubelets too, each
+# in its own network namespace (named as its Node) on a veth in the bridge (`nodeipam-hI`), with
+# its own containerd (root, state, socket), kubelet --root-dir, cgroup root
+# (/nodeipam-node-I/kubepods in each hierarchy), Pod log folder and CNI bridge (inside its
+# namespace), so that the chart's two replicas (anti-affinity, the secure port a host port) run
+# on two Nodes. A namespace's only route off the bridge is the service range (to the DNAT rule).
+# What the kubelets still share: /var/lib/kubelet/device-plugins (a hard-coded path; each kubelet
+# replaces the other's registration socket, unused here: no device plugins), the sysctls below.
+#
+# kube-apiserver keeps an audit log (logs/audit.log) of every write of a Node object (not its
+# status), with the request body: who PATCHed which podCIDR, how often.
 #
 # In-cluster access to the `kubernetes` Service (10.96.0.1:443) is one DNAT rule in our own
 # iptables chain (no kube-proxy). Host changes (iptables chains, mounts, cgroups, sysctls the
@@ -32,8 +48,10 @@
 # (exit 1 naming what is).
 #
 # Commands:
-#   up [--no-controller]   start the cluster (--no-controller: the Node is left without a
-#                          podCIDR, for installing the controller yourself)
+#   up [--nodes N] [--no-controller]
+#                          start the cluster with N real Nodes (default 1, at most 8;
+#                          --no-controller: the Nodes are left without a podCIDR, for installing
+#                          the controller yourself)
 #   down                   stop everything and undo every host change; with
 #                          NODEIPAM_CLUSTER_KEEP_LOGS=DIR the logs are copied to DIR first
 #   status                 the processes and `kubectl get nodes,pods -A`
@@ -62,6 +80,7 @@ LOCK=/run/nodeipam-cluster.lock
 
 NODE_NAME=nodeipam-node-0
 NODE_IP=10.99.0.1
+MAX_NODES=8
 NODE_NET=10.99.0.1/24
 HOST_BRIDGE=nodeipam0
 POD_BRIDGE=nodeipam-cni0
@@ -88,7 +107,31 @@ die() {
     exit 1
 }
 
-CTR() { ctr --address "$STATE/containerd/containerd.sock" -n k8s.io "$@"; }
+# Node I (0…): its name, address, folder (Node 0's is the state folder itself), the name of
+# its processes' pid and log files (NAME for Node 0, NAME-node-I for the others) and its network
+# namespace (none for Node 0: the host's).
+node_name() { echo "nodeipam-node-$1"; }
+node_ip() { echo "10.99.0.$(($1 + 1))"; }
+node_dir() {
+    if (($1 == 0)); then echo "$STATE"; else echo "$STATE/node-$1"; fi
+}
+node_proc() {
+    if (($1 == 0)); then echo "$2"; else echo "$2-node-$1"; fi
+}
+# in_node I: IN_NODE is the prefix that runs a command in Node I's network namespace (nsenter
+# execs it: the same pid; the host's mount namespace, so the kubelet's mounts are containerd's).
+in_node() {
+    IN_NODE=()
+    (($1 == 0)) || IN_NODE=(nsenter --net="/run/netns/$(node_name "$1")")
+}
+node_count() { cat "$STATE/nodes" 2>/dev/null || echo 1; }
+
+CTR_NODE() {
+    local i="$1"
+    shift
+    ctr --address "$(node_dir "$i")/containerd/containerd.sock" -n k8s.io "$@"
+}
+CTR() { CTR_NODE 0 "$@"; }
 KUBECTL() { kubectl --kubeconfig "$STATE/admin.kubeconfig" "$@"; }
 
 # ----- dependencies ------------------------------------------------------------------------------
@@ -214,12 +257,13 @@ build_images() {
     echo "$CONTROLLER_TAG" >"$STATE/controller-tag"
 }
 
+# import_images I: the three images into Node I's containerd.
 import_images() {
-    local a
+    local i="$1" a
     for a in pause busybox controller; do
-        CTR images import --no-unpack=false "$STATE/images/$a.tar" >/dev/null
+        CTR_NODE "$i" images import --no-unpack=false "$STATE/images/$a.tar" >/dev/null
     done
-    CTR images ls -q | grep '^localhost/' >&2
+    CTR_NODE "$i" images ls -q | grep '^localhost/' >&2
 }
 
 # ----- host state ----------------------------------------------------------------------------------
@@ -234,6 +278,9 @@ record_host() {
         [[ -e "$p" ]] && echo "$p" >>"$STATE/host/paths"
     done
     ls /run/netns 2>/dev/null >"$STATE/host/netns" || true
+    # `ip netns add` (Nodes 1…) makes /run/netns a mount point of its own.
+    : >"$STATE/host/netns-mount"
+    mountpoint -q /run/netns 2>/dev/null && echo /run/netns >"$STATE/host/netns-mount"
     # kubemark's hollow kubelets make their root folders in /tmp whatever TMPDIR says.
     ls -d /tmp/hollow-kubelet.* 2>/dev/null >"$STATE/host/hollow-tmp" || true
     for t in filter nat mangle raw; do
@@ -374,6 +421,18 @@ start_kcm() {
 
 start_control_plane() {
     local kcm_extra=()
+    # The audit log (logs/audit.log) records every write of a Node object itself (not its status)
+    # with its body: who PATCHed which Node's podCIDR, and how often (the tests count them).
+    cat >"$STATE/audit-policy.yaml" <<EOF
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Request
+    verbs: [create, update, patch, delete]
+    resources: [{group: "", resources: [nodes]}]
+  - level: None
+EOF
     read -r -a kcm_extra <<<"${NODEIPAM_CLUSTER_KCM_ARGS:-}"
     start etcd "$BIN/etcd" --name=nodeipam --data-dir="$STATE/etcd" \
         --listen-client-urls="http://$NODE_IP:2379" --advertise-client-urls="http://$NODE_IP:2379" \
@@ -391,7 +450,8 @@ start_control_plane() {
         --service-account-key-file="$STATE/pki/sa.pub" \
         --service-account-signing-key-file="$STATE/pki/sa.key" \
         --service-account-issuer=https://kubernetes.default.svc.cluster.local \
-        --service-cluster-ip-range="$SERVICE_CIDR" --cert-dir="$STATE/pki/apiserver-cert-dir"
+        --service-cluster-ip-range="$SERVICE_CIDR" --cert-dir="$STATE/pki/apiserver-cert-dir" \
+        --audit-policy-file="$STATE/audit-policy.yaml" --audit-log-path="$STATE/logs/audit.log"
     wait_for kube-apiserver 120 apiserver_ready
     # Its own range allocator off (unless NODEIPAM_CLUSTER_KCM_ARGS turns it on): the Node gets no
     # podCIDR until our controller runs.
@@ -402,12 +462,18 @@ start_control_plane() {
         --leader-elect=false --secure-port=0
 }
 
+# start_containerd I: Node I's containerd, in its network namespace (the sandboxes' and the
+# host-network Pods' network is the one containerd runs in).
 start_containerd() {
-    mkdir -p "$STATE/containerd" "$STATE/cni/net.d"
+    local i="$1" dir
+    dir="$(node_dir "$i")"
+    mkdir -p "$dir/containerd" "$dir/cni/net.d"
     # The Pod network of the Node's podCIDR: containerd renders this template once the kubelet
     # passes the podCIDR (CRI UpdateRuntimeConfig); until then the Node is NotReady (no CNI
-    # config). No masquerading and no port mapping: Pods reach only the node's bridges.
-    cat >"$STATE/cni/template.json" <<EOF
+    # config). No masquerading and no port mapping: Pods reach only the node's bridges. The
+    # bridge is created in containerd's network namespace (one per Node); host-local keeps its
+    # reservations in the Node's folder.
+    cat >"$dir/cni/template.json" <<EOF
 {
   "cniVersion": "0.4.0",
   "name": "nodeipam",
@@ -420,6 +486,7 @@ start_containerd() {
       "hairpinMode": true,
       "ipam": {
         "type": "host-local",
+        "dataDir": "$dir/cni/ipam",
         "ranges": [[{"subnet": "{{.PodCIDR}}"}]],
         "routes": [{"dst": "0.0.0.0/0"}]
       }
@@ -427,17 +494,17 @@ start_containerd() {
   ]
 }
 EOF
-    cat >"$STATE/containerd/config.toml" <<EOF
+    cat >"$dir/containerd/config.toml" <<EOF
 version = 2
-root = "$STATE/containerd/root"
-state = "$STATE/containerd/state"
+root = "$dir/containerd/root"
+state = "$dir/containerd/state"
 disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.aufs",
   "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper",
   "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp"]
 [grpc]
-  address = "$STATE/containerd/containerd.sock"
+  address = "$dir/containerd/containerd.sock"
 [ttrpc]
-  address = "$STATE/containerd/containerd.sock.ttrpc"
+  address = "$dir/containerd/containerd.sock.ttrpc"
 [debug]
   address = ""
 [metrics]
@@ -457,29 +524,47 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
-    conf_dir = "$STATE/cni/net.d"
-    conf_template = "$STATE/cni/template.json"
+    conf_dir = "$dir/cni/net.d"
+    conf_template = "$dir/cni/template.json"
 EOF
-    start containerd containerd --config "$STATE/containerd/config.toml"
-    wait_for containerd 30 CTR version
+    in_node "$i"
+    start "$(node_proc "$i" containerd)" "${IN_NODE[@]}" containerd --config "$dir/containerd/config.toml"
+    wait_for "containerd of $(node_name "$i")" 30 CTR_NODE "$i" version
 }
 
+# start_kubelet I: Node I's kubelet (Node 0's certificates are make_pki's).
 start_kubelet() {
-    mkdir -p "$STATE/kubelet"
-    cat >"$STATE/kubelet.yaml" <<EOF
+    local i="$1" dir name ip pki extra=""
+    dir="$(node_dir "$i")"
+    name="$(node_name "$i")"
+    ip="$(node_ip "$i")"
+    pki="$(node_proc "$i" kubelet)"
+    if ((i > 0)); then
+        cert "$pki-serving" "/CN=$name" "IP:$ip,DNS:$name"
+        cert "$pki" "/O=system:nodes/CN=system:node:$name"
+        kubeconfig "$pki" "system:node:$name"
+        # Its own cgroup root and Pod log folder: a kubelet removes Pod cgroups and log folders
+        # of Pods it does not know (the other kubelet's).
+        extra="cgroupRoot: /$name
+podLogsDir: $dir/pod-logs"
+    else
+        pki=kubelet
+    fi
+    mkdir -p "$dir/kubelet"
+    cat >"$dir/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # This machine kind is cgroup v1.
 failCgroupV1: false
 cgroupDriver: cgroupfs
-containerRuntimeEndpoint: unix://$STATE/containerd/containerd.sock
-address: $NODE_IP
+containerRuntimeEndpoint: unix://$dir/containerd/containerd.sock
+address: $ip
 port: 10250
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 healthzPort: 10248
-tlsCertFile: $STATE/pki/kubelet-serving.crt
-tlsPrivateKeyFile: $STATE/pki/kubelet-serving.key
+tlsCertFile: $STATE/pki/$pki-serving.crt
+tlsPrivateKeyFile: $STATE/pki/$pki-serving.key
 authentication:
   anonymous:
     enabled: false
@@ -501,30 +586,81 @@ evictionHard:
   nodefs.available: "1%"
   imagefs.available: "1%"
   nodefs.inodesFree: "1%"
+$extra
 EOF
-    start kubelet "$BIN/kubelet" --config="$STATE/kubelet.yaml" \
-        --kubeconfig="$STATE/kubelet.kubeconfig" --root-dir="$STATE/kubelet" \
-        --hostname-override="$NODE_NAME" --node-ip="$NODE_IP" -v=1
-    wait_for "Node $NODE_NAME" 60 KUBECTL get node "$NODE_NAME"
+    in_node "$i"
+    start "$(node_proc "$i" kubelet)" "${IN_NODE[@]}" "$BIN/kubelet" --config="$dir/kubelet.yaml" \
+        --kubeconfig="$STATE/$pki.kubeconfig" --root-dir="$dir/kubelet" \
+        --hostname-override="$name" --node-ip="$ip" -v=1
+}
+
+# register_node I: waits for Node I's registration and labels it.
+register_node() {
+    local name
+    name="$(node_name "$1")"
+    wait_for "Node $name" 60 KUBECTL get node "$name"
     # The chart and deploy/ place the controller on control-plane Nodes (the kubelet may not
     # set node-role labels itself).
-    KUBECTL label node "$NODE_NAME" node-role.kubernetes.io/control-plane= >/dev/null
+    KUBECTL label node "$name" node-role.kubernetes.io/control-plane= >/dev/null
+}
+
+# Node I's cgroup root, /nodeipam-node-I in every cgroup v1 hierarchy (the kubelet checks that
+# it exists; cpuset's needs its CPUs and memory nodes before tasks can join below it).
+node_cgroup_root() {
+    local name="$1" h
+    for h in /sys/fs/cgroup/*/; do
+        [[ "$h" == /sys/fs/cgroup/unified/ || -L "${h%/}" ]] && continue
+        mkdir -p "$h$name"
+        if [[ -f "${h}cpuset.cpus" ]]; then
+            cat "${h}cpuset.cpus" >"$h$name/cpuset.cpus"
+            cat "${h}cpuset.mems" >"$h$name/cpuset.mems"
+        fi
+    done
+}
+
+# add_node I (I > 0): Node I's network namespace, on a veth in the host bridge; its cgroup root;
+# its containerd with the images (its kubelet: start_kubelet).
+add_node() {
+    local i="$1" name ip veth
+    name="$(node_name "$i")"
+    ip="$(node_ip "$i")"
+    veth="nodeipam-h$i"
+    ip netns add "$name"
+    ip link add "$veth" type veth peer name eth0 netns "$name"
+    ip link set "$veth" master "$HOST_BRIDGE" up
+    ip -n "$name" link set lo up
+    ip -n "$name" addr add "$ip/24" dev eth0
+    ip -n "$name" link set eth0 up
+    # Only the service range leaves the bridge's subnet: through the host (its DNAT rule).
+    ip -n "$name" route add "$SERVICE_CIDR" via "$NODE_IP"
+    node_cgroup_root "$name"
+    start_containerd "$i"
+    import_images "$i"
 }
 
 node_has_pod_cidr() {
-    [[ -n "$(KUBECTL get node "$NODE_NAME" -o jsonpath='{.spec.podCIDR}')" ]]
+    [[ -n "$(KUBECTL get node "$1" -o jsonpath='{.spec.podCIDR}')" ]]
 }
 
 install_controller() {
+    local replicas=() i name
+    # The chart's two replicas need two Nodes (anti-affinity).
+    (($(node_count) > 1)) || replicas=(--set replicas=1)
     "$BIN/helm" --kubeconfig "$STATE/admin.kubeconfig" install nodeipam "$ROOT/charts/nodeipam" \
         --namespace kube-system --set controller.clusterCIDR="$CLUSTER_CIDR" \
         --set controller.serviceClusterIPRange="$SERVICE_CIDR" \
         --set image.repository="$CONTROLLER_REPOSITORY" --set image.tag="$CONTROLLER_TAG" \
-        --set replicas=1 >/dev/null
-    wait_for "the Node's podCIDR" 120 node_has_pod_cidr
+        "${replicas[@]}" >/dev/null
+    for ((i = 0; i < $(node_count); i++)); do
+        name="$(node_name "$i")"
+        wait_for "$name's podCIDR" 120 node_has_pod_cidr "$name"
+    done
     wait_for "the controller's rollout" 120 KUBECTL -n kube-system rollout status \
         deployment/nodeipam-controller --timeout=1s
-    wait_for "Node $NODE_NAME Ready" 120 KUBECTL wait --for=condition=Ready "node/$NODE_NAME" --timeout=1s
+    for ((i = 0; i < $(node_count); i++)); do
+        name="$(node_name "$i")"
+        wait_for "Node $name Ready" 120 KUBECTL wait --for=condition=Ready "node/$name" --timeout=1s
+    done
 }
 
 up_exit() {
@@ -537,8 +673,19 @@ up_exit() {
 }
 
 up() {
-    local controller=true
-    [[ "${1:-}" == --no-controller ]] && controller=false
+    local controller=true nodes=1 i
+    while (($# > 0)); do
+        case "$1" in
+        --no-controller) controller=false ;;
+        --nodes)
+            nodes="${2:-}"
+            shift
+            ;;
+        *) die "up [--nodes N] [--no-controller]: unknown argument $1" ;;
+        esac
+        shift
+    done
+    if ! [[ "$nodes" =~ ^[1-9]$ ]] || ((nodes > MAX_NODES)); then die "--nodes: 1 to $MAX_NODES"; fi
     [[ "$(id -u)" == 0 ]] || die "needs root (the kubelet, containerd, iptables, mounts)"
     exec 9>"$LOCK"
     flock -n 9 || die "another cluster.sh holds $LOCK"
@@ -556,6 +703,7 @@ up() {
     echo "$BIN" >"$STATE/bin"
     echo "$CONTROLLER_BIN" >"$STATE/controller-bin"
     date -u +%FT%TZ >"$STATE/up"
+    echo "$nodes" >"$STATE/nodes"
     # From here on, a failure (or a signal) tears everything down again. An EXIT trap, not ERR:
     # with `set -E` an ERR trap also runs inside command substitutions.
     UP_DONE=false
@@ -565,12 +713,21 @@ up() {
     setup_network
     make_pki
     start_control_plane
-    start_containerd
-    import_images
-    start_kubelet
+    start_containerd 0
+    import_images 0
+    for ((i = 1; i < nodes; i++)); do
+        add_node "$i"
+    done
+    # The kubelets start together and register meanwhile.
+    for ((i = 0; i < nodes; i++)); do
+        start_kubelet "$i"
+    done
+    for ((i = 0; i < nodes; i++)); do
+        register_node "$i"
+    done
     if [[ "$controller" == true ]]; then
         install_controller
-        log "the Node's podCIDR: $(KUBECTL get node "$NODE_NAME" -o jsonpath='{.spec.podCIDR}')"
+        KUBECTL get nodes -o custom-columns=NODE:.metadata.name,PODCIDR:.spec.podCIDR >&2
     fi
     UP_DONE=true
     log "up in $((SECONDS - start))s"
@@ -664,24 +821,33 @@ stop_pids() {
     for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
 }
 
-# Processes started by our containerd: its shims carry our socket path on their command line.
+# Processes started by our containerds: their shims carry a socket path in the state folder on
+# their command line.
 our_shims() {
     local p
     for p in /proc/[0-9]*; do
-        if { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -qF -- "-address $STATE/containerd/containerd.sock "; then
+        if { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -qF -- "-address $STATE/"; then
             basename "$p"
         fi
     done
 }
 
+# The cgroups of the kubelets (Node 0's kubepods, the other Nodes' cgroup roots) and containerd.
 kubepods_cgroups() {
-    local c
+    local c n
     for c in /sys/fs/cgroup/*/; do
         [[ -d "$c/kubepods" ]] && echo "$c/kubepods"
         [[ -d "$c/k8s.io" ]] && echo "$c/k8s.io"
+        for n in "$c"nodeipam-node-*; do
+            [[ -d "$n" ]] && echo "$n"
+        done
     done
     return 0
 }
+
+# Our Nodes' network namespaces and veths (Nodes 1…).
+our_netns() { ip netns list 2>/dev/null | awk '$1 ~ /^nodeipam-node-[0-9]+$/ { print $1 }'; }
+our_veths() { ip -o link show 2>/dev/null | awk -F': ' '{ sub(/@.*/, "", $2); if ($2 ~ /^nodeipam-h[0-9]+$/) print $2 }'; }
 
 down_locked() {
     local failed=0 p t c chain rule n
@@ -696,6 +862,11 @@ down_locked() {
         if [[ -d /var/log/pods ]] && ! grep -qx /var/log/pods "$STATE/host/paths" 2>/dev/null; then
             cp -a /var/log/pods "$NODEIPAM_CLUSTER_KEEP_LOGS/pods" 2>/dev/null || true
         fi
+        for p in "$STATE"/node-*/pod-logs; do
+            [[ -d "$p" ]] || continue
+            t="$(basename "$(dirname "$p")")"
+            cp -a "$p" "$NODEIPAM_CLUSTER_KEEP_LOGS/pods-$t" 2>/dev/null || true
+        done
         log "logs copied to $NODEIPAM_CLUSTER_KEEP_LOGS"
     fi
     # No new Pods, then let the kubelet stop its Pods the ordinary way (CNI DEL frees the address,
@@ -708,17 +879,21 @@ down_locked() {
         KUBECTL delete pods --all-namespaces --all --grace-period=0 --force --wait=false \
             >/dev/null 2>&1 || true
         for ((n = 0; n < 100; n++)); do
-            [[ -z "$(CTR tasks ls -q 2>/dev/null)" ]] && break
+            local busy=false i
+            for ((i = 0; i < $(node_count); i++)); do
+                [[ -z "$(CTR_NODE "$i" tasks ls -q 2>/dev/null)" ]] || busy=true
+            done
+            [[ "$busy" == true ]] || break
             sleep 0.2
         done
     fi
-    stop_pid kubelet
+    stop_pids "$STATE"/pids/kubelet "$STATE"/pids/kubelet-node-*
     # Whatever is left: kill the containers' processes (their cgroups), then the shims.
     for c in $(kubepods_cgroups); do
         # shellcheck disable=SC2038 # xargs reads the pids in cgroup.procs, not file names
         find "$c" -name cgroup.procs -exec cat {} + 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
     done
-    stop_pid containerd
+    stop_pids "$STATE"/pids/containerd "$STATE"/pids/containerd-node-*
     for p in $(our_shims); do kill -KILL "$p" 2>/dev/null || true; done
     stop_pid kube-apiserver
     stop_pid etcd
@@ -735,6 +910,12 @@ down_locked() {
             [[ -e "$n" ]] || continue
             grep -qx "$(basename "$n")" "$STATE/host/netns" 2>/dev/null || rm -f "$n"
         done
+    fi
+    # The other Nodes' namespaces (their CNI bridges and the veths' inner ends go with them).
+    for n in $(our_netns); do ip netns del "$n" 2>/dev/null || true; done
+    for n in $(our_veths); do ip link del "$n" 2>/dev/null || true; done
+    if mountpoint -q /run/netns 2>/dev/null && ! grep -qx /run/netns "$STATE/host/netns-mount" 2>/dev/null; then
+        umount /run/netns 2>/dev/null || umount -l /run/netns 2>/dev/null || true
     fi
     ip link del "$POD_BRIDGE" 2>/dev/null || true
     ip link del "$HOST_BRIDGE" 2>/dev/null || true
@@ -786,6 +967,11 @@ down_locked() {
     [[ -z "$(findmnt -rn -o TARGET | grep -E "^($STATE|/var/lib/kubelet|/run/netns/cni-)" || true)" ]] || left+=(mounts)
     ip link show "$HOST_BRIDGE" >/dev/null 2>&1 && left+=("link $HOST_BRIDGE")
     ip link show "$POD_BRIDGE" >/dev/null 2>&1 && left+=("link $POD_BRIDGE")
+    [[ -z "$(our_netns)" ]] || left+=("network namespaces $(our_netns | paste -sd' ')")
+    [[ -z "$(our_veths)" ]] || left+=("links $(our_veths | paste -sd' ')")
+    if mountpoint -q /run/netns 2>/dev/null && ! grep -qx /run/netns "$host/netns-mount" 2>/dev/null; then
+        left+=("mount /run/netns")
+    fi
     [[ -z "$(kubepods_cgroups)" ]] || left+=("cgroups $(kubepods_cgroups | paste -sd' ')")
     [[ -z "$(our_shims)" ]] || left+=("shim processes $(our_shims | paste -sd' ')")
     for ipt in iptables ip6tables; do

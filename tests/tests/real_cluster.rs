@@ -1,10 +1,10 @@
-//! The controller as users run it, on a real one-node cluster (issue 33): upstream's etcd,
-//! kube-apiserver, kube-controller-manager, kube-scheduler and kubelet (tests/upstream/build.sh),
-//! Debian's containerd, runc and CNI plugins, and the controller image as a Pod, brought up and
-//! torn down by `tests/cluster/cluster.sh` (README, "A real cluster"). Not part of
-//! `cargo test --workspace` (`test = false` in tests/Cargo.toml): it needs root, changes the host
-//! (iptables, mounts, cgroups; `cluster.sh down` undoes every change and fails when something is
-//! left) and one cluster per machine, so run it alone:
+//! The controller as users run it, on a real cluster of one or two Nodes (issue 33): upstream's
+//! etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubelets
+//! (tests/upstream/build.sh), Debian's containerd, runc and CNI plugins, and the controller image
+//! as a Pod, brought up and torn down by `tests/cluster/cluster.sh` (README, "A real cluster").
+//! Not part of `cargo test --workspace` (`test = false` in tests/Cargo.toml): it needs root,
+//! changes the host (iptables, mounts, cgroups, network namespaces; `cluster.sh down` undoes
+//! every change and fails when something is left) and one cluster per machine, so run it alone:
 //!
 //! ```sh
 //! export NODEIPAM_UPSTREAM_BIN="$(tests/upstream/build.sh | tail -n 1)"
@@ -21,8 +21,11 @@
 //! and `kustomize_deploy_bootstraps_its_own_node`; (5) the scrape in the first test; (2) the
 //! switch-over from kube-controller-manager and back, `switch_over::…` (its own module); (3) 100
 //! hollow Nodes and 10 minutes of heartbeats, `scale::…`, ignored (long; run it with
-//! `-- --ignored scale`); (4) `helm upgrade` to a new tag, `upgrade::…`, with one replica on the
-//! one real Node (the PodDisruptionBudget, the Lease's hand-over), not yet two replicas on two.
+//! `-- --ignored scale`); (4) `helm upgrade` to a new tag, `upgrade::…`, with the chart's two
+//! replicas on two real Nodes (`cluster.sh up --nodes 2`: the second kubelet with its own
+//! containerd in its own network namespace): the PodDisruptionBudget, at least one Ready replica
+//! throughout the rollout, the Lease's hand-over, each podCIDR PATCHed once (kube-apiserver's
+//! audit log).
 //!
 //! On a failure the cluster's logs are copied to `real-cluster-logs/<test>/` in the Cargo target
 //! folder (`$CARGO_TARGET_DIR`, default `target/`).
@@ -37,17 +40,14 @@ mod switch_over;
 #[path = "real_cluster/upgrade.rs"]
 mod upgrade;
 
-use std::net::IpAddr;
-
 use harness::{
-    BUSYBOX_IMAGE, CLUSTER_CIDR, CONTROLLER_SELECTOR, Cluster, NODE_NAME, lease_holder_pod,
-    metric_value, node_ready, pod_ready, render_deploy, scrape, wait_for,
+    CLUSTER_CIDR, CONTROLLER_SELECTOR, Cluster, NODE_NAME, lease_holder_pod, metric_value,
+    node_ready, pod_ready, render_deploy, scrape, test_pod_address, wait_for,
 };
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
-use kube::api::{Api, ListParams, PostParams};
-use serde_json::json;
+use kube::api::{Api, ListParams};
 
 /// The state before the controller is installed: the Node is registered without a podCIDR and
 /// is NotReady (no Pod network: containerd has no CNI config before the podCIDR).
@@ -138,33 +138,7 @@ async fn assert_controller_bootstraps_its_node(client: &Client, cluster: &Cluste
     .await;
 
     // A Pod on the Pod network: its address comes from host-local over the Node's podCIDR.
-    let default_pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let test_pod: Pod = serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "podcidr-check"},
-        "spec": {
-            "containers": [{
-                "name": "sleep",
-                "image": BUSYBOX_IMAGE,
-                "args": ["sleep", "3600"],
-                "imagePullPolicy": "Never",
-            }],
-            "terminationGracePeriodSeconds": 0,
-        },
-    }))
-    .unwrap();
-    default_pods
-        .create(&PostParams::default(), &test_pod)
-        .await
-        .unwrap();
-    let pod_ip: IpAddr = wait_for("the test Pod's address", || async {
-        let pod = default_pods.get("podcidr-check").await.ok()?;
-        let status = pod.status?;
-        (status.phase.as_deref() == Some("Running")).then_some(())?;
-        status.pod_ip?.parse().ok()
-    })
-    .await;
+    let pod_ip = test_pod_address(client, "podcidr-check", None).await;
     assert!(
         pod_cidr.contains(&pod_ip),
         "the test Pod's address {pod_ip} is not in its Node's podCIDR {pod_cidr}"

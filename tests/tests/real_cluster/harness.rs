@@ -5,17 +5,20 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::io::Write;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, PostParams};
 use kube::config::{Config, KubeConfigOptions, Kubeconfig};
+use serde_json::json;
 
 /// The Node `cluster.sh` registers, its address on the bridge `cluster.sh` creates, and the
-/// cluster CIDR and service range given to the allocators.
+/// cluster CIDR and service range given to the allocators. With `up --nodes N`, Node I (1…) is
+/// [`node_name`]`(I)` at 10.99.0.(I+1), in its own network namespace.
 pub(crate) const NODE_NAME: &str = "nodeipam-node-0";
 pub(crate) const NODE_IP: &str = "10.99.0.1";
 pub(crate) const CLUSTER_CIDR: &str = "10.244.0.0/16";
@@ -28,8 +31,15 @@ pub(crate) const BUSYBOX_IMAGE: &str = "localhost/nodeipam/busybox:1";
 pub(crate) const SECURE_PORT: u16 = 10260;
 /// The controller Pods' label (chart and deploy/).
 pub(crate) const CONTROLLER_SELECTOR: &str = "app.kubernetes.io/name=nodeipam-controller";
+/// The controller's ServiceAccount, as kube-apiserver names its requests.
+pub(crate) const CONTROLLER_USER: &str = "system:serviceaccount:kube-system:nodeipam-controller";
 /// Liveness bounds only (a failure names what did not happen); never asserted as speeds.
 pub(crate) const WAIT: Duration = Duration::from_secs(180);
+
+/// The name of `cluster.sh`'s real Node `index` (0: [`NODE_NAME`]).
+pub(crate) fn node_name(index: usize) -> String {
+    format!("nodeipam-node-{index}")
+}
 
 pub(crate) fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -42,18 +52,28 @@ pub(crate) fn repo_root() -> PathBuf {
 pub(crate) struct Cluster {
     state: PathBuf,
     logs: PathBuf,
+    nodes: usize,
     torn_down: bool,
 }
 
 impl Cluster {
     /// A cluster whose Node has no podCIDR (kube-controller-manager's range allocator off).
     pub(crate) fn up(test: &str) -> Cluster {
-        Cluster::up_with_kcm(test, &[])
+        Cluster::start(test, &[], 1)
     }
 
     /// A cluster whose kube-controller-manager gets `kcm_flags` after its usual ones
     /// (`NODEIPAM_CLUSTER_KCM_ARGS`), e.g. its range allocator on.
     pub(crate) fn up_with_kcm(test: &str, kcm_flags: &[&str]) -> Cluster {
+        Cluster::start(test, kcm_flags, 1)
+    }
+
+    /// A cluster of `nodes` real Nodes (`cluster.sh up --nodes`), none with a podCIDR.
+    pub(crate) fn up_nodes(test: &str, nodes: usize) -> Cluster {
+        Cluster::start(test, &[], nodes)
+    }
+
+    fn start(test: &str, kcm_flags: &[&str], nodes: usize) -> Cluster {
         let state = std::env::var_os("NODEIPAM_CLUSTER_DIR")
             .map_or_else(|| PathBuf::from("/var/tmp/nodeipam-cluster"), PathBuf::from);
         let logs = std::env::var_os("CARGO_TARGET_DIR")
@@ -63,7 +83,7 @@ impl Cluster {
         let _ = std::fs::remove_dir_all(&logs);
         let started = Instant::now();
         let status = cluster_sh()
-            .args(["up", "--no-controller"])
+            .args(["up", "--no-controller", "--nodes", &nodes.to_string()])
             .env("NODEIPAM_CLUSTER_DIR", &state)
             .env("NODEIPAM_CLUSTER_KEEP_LOGS", &logs)
             .env("NODEIPAM_CLUSTER_KCM_ARGS", kcm_flags.join(" "))
@@ -78,6 +98,7 @@ impl Cluster {
         Cluster {
             state,
             logs,
+            nodes,
             torn_down: false,
         }
     }
@@ -158,15 +179,23 @@ impl Cluster {
         self.helm(&args);
     }
 
-    /// `ctr -n k8s.io ARGS` on the cluster's containerd.
-    pub(crate) fn ctr(&self, args: &[&str]) -> String {
-        let mut command = Command::new("ctr");
-        command
-            .arg("--address")
-            .arg(self.state.join("containerd/containerd.sock"))
-            .args(["-n", "k8s.io"])
-            .args(args);
-        run(command, None)
+    /// `ctr -n k8s.io ARGS` on every real Node's containerd (Node 0's in the state folder, Node
+    /// I's in `node-I/`).
+    pub(crate) fn ctr_each_node(&self, args: &[&str]) {
+        for index in 0..self.nodes {
+            let folder = if index == 0 {
+                self.state.clone()
+            } else {
+                self.state.join(format!("node-{index}"))
+            };
+            let mut command = Command::new("ctr");
+            command
+                .arg("--address")
+                .arg(folder.join("containerd/containerd.sock"))
+                .args(["-n", "k8s.io"])
+                .args(args);
+            run(command, None);
+        }
     }
 
     /// `cluster.sh ARGS` on this cluster (`kcm …`, `hollow add|delete …`).
@@ -186,6 +215,33 @@ impl Cluster {
             .filter(|a| !a.is_empty())
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect()
+    }
+
+    /// Per Node, the PATCHes of its `spec.podCIDR` that kube-apiserver answered 200 to `user`
+    /// (the audit log `cluster.sh` keeps: every write of a Node object, with its body).
+    pub(crate) fn pod_cidr_patches(&self, user: &str) -> BTreeMap<String, usize> {
+        let mut patches = BTreeMap::new();
+        for line in self.log("audit").lines() {
+            let event: serde_json::Value = serde_json::from_str(line).unwrap();
+            let field = |pointer: &str| event.pointer(pointer).and_then(|v| v.as_str());
+            let sets_pod_cidr = event
+                .pointer("/requestObject/spec/podCIDR")
+                .is_some_and(|v| !v.is_null());
+            if field("/stage") == Some("ResponseComplete")
+                && field("/verb") == Some("patch")
+                && field("/user/username") == Some(user)
+                && field("/objectRef/subresource").is_none()
+                && event
+                    .pointer("/responseStatus/code")
+                    .and_then(|v| v.as_u64())
+                    == Some(200)
+                && sets_pod_cidr
+            {
+                let node = field("/objectRef/name").unwrap().to_owned();
+                *patches.entry(node).or_insert(0) += 1;
+            }
+        }
+        patches
     }
 
     /// The cluster's logs so far (kube-controller-manager's, the kubelet's…).
@@ -363,6 +419,40 @@ pub(crate) async fn all_served(
     .await;
     assert_no_duplicate(&cidrs);
     cidrs
+}
+
+/// A busybox Pod `name` in `default` on the Pod network (bound to `node` when given, as the
+/// scheduler would bind it); its `status.podIP` once it runs (host-local gives it from the
+/// podCIDR of the Node it runs on).
+pub(crate) async fn test_pod_address(client: &Client, name: &str, node: Option<&str>) -> IpAddr {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let mut spec = json!({
+        "containers": [{
+            "name": "sleep",
+            "image": BUSYBOX_IMAGE,
+            "args": ["sleep", "3600"],
+            "imagePullPolicy": "Never",
+        }],
+        "terminationGracePeriodSeconds": 0,
+    });
+    if let Some(node) = node {
+        spec["nodeName"] = json!(node);
+    }
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    wait_for(&format!("the address of test Pod {name}"), || async {
+        let pod = pods.get(name).await.ok()?;
+        let status = pod.status?;
+        (status.phase.as_deref() == Some("Running")).then_some(())?;
+        status.pod_ip?.parse().ok()
+    })
+    .await
 }
 
 /// Per Node, the field managers that own `spec.podCIDR` (who wrote it).
