@@ -241,15 +241,13 @@ fn assert_holds(run: &Run) {
 
 #[test]
 fn exhaustive_kill_9_with_a_write_in_doubt() {
-    let run = check_big(
-        elected(
-            Bugs::default(),
-            budget(|b| {
-                b.kills = 1;
-                b.unknowns = 1;
-            }),
-        ),
-    );
+    let run = check_big(elected(
+        Bugs::default(),
+        budget(|b| {
+            b.kills = 1;
+            b.unknowns = 1;
+        }),
+    ));
     assert_holds(&run);
 }
 
@@ -271,14 +269,12 @@ fn exhaustive_graceful_stop_with_a_write_in_doubt() {
 
 #[test]
 fn exhaustive_lease_lost_and_taken_over() {
-    let run = check_big(
-        elected(
-            Bugs::default(),
-            budget(|b| {
-                b.lease_losses = 1;
-            }),
-        ),
-    );
+    let run = check_big(elected(
+        Bugs::default(),
+        budget(|b| {
+            b.lease_losses = 1;
+        }),
+    ));
     assert_holds(&run);
 }
 
