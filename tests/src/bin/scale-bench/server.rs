@@ -163,15 +163,23 @@ impl Server {
         Ok(Server::Sandbox { process, url, api })
     }
 
-    /// etcd + kube-apiserver with `nodes` copies of `fixture`'s `items[1]` (named `node-<i>`, as
-    /// the sandbox names them), created through the API with [`CREATE_IN_FLIGHT`] POSTs in
-    /// flight.
+    /// etcd + kube-apiserver (with the extra flags `apiserver_args`) with `nodes` copies of
+    /// `fixture`'s `items[1]` (named `node-<i>`, as the sandbox names them), created through the
+    /// API with [`CREATE_IN_FLIGHT`] POSTs in flight.
     ///
     /// # Errors
     /// The cluster would not start, or a create failed.
-    pub async fn real(fixture: &Path, nodes: usize) -> Result<(Server, Setup), String> {
+    pub async fn real(
+        fixture: &Path,
+        nodes: usize,
+        apiserver_args: &[String],
+    ) -> Result<(Server, Setup), String> {
         let started = Instant::now();
-        let cluster = RealCluster::start_with(Options::default())
+        let options = Options {
+            apiserver_args: apiserver_args.to_vec(),
+            ..Options::default()
+        };
+        let cluster = RealCluster::start_with(options)
             .await
             .map_err(|e| e.to_string())?;
         let start_s = started.elapsed().as_secs_f64();
@@ -359,6 +367,14 @@ impl Server {
                     .unwrap_or_default(),
                 process::usage(cluster.etcd_pid(), ticks),
             ),
+        }
+    }
+
+    /// kube-apiserver's log so far (real server only).
+    pub fn apiserver_log(&self) -> Option<String> {
+        match self {
+            Server::Sandbox { .. } => None,
+            Server::Real { cluster, .. } => Some(cluster.apiserver_log()),
         }
     }
 
