@@ -252,28 +252,22 @@ fn opt(value: Option<f64>, digits: usize) -> String {
     value.map_or_else(|| "–".to_owned(), |v| format!("{v:.digits$}"))
 }
 
+/// The flags of a subcommand (`scale-bench null-writer …`): the command line without its name.
+fn subcommand_args<P: Parser>() -> P {
+    P::parse_from(
+        std::env::args_os()
+            .enumerate()
+            .filter(|(i, _)| *i != 1)
+            .map(|(_, a)| a),
+    )
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    if std::env::args_os()
-        .nth(1)
-        .is_some_and(|a| a == "null-writer")
-    {
-        let args = null_writer::NullArgs::parse_from(
-            std::env::args_os()
-                .enumerate()
-                .filter(|(i, _)| *i != 1)
-                .map(|(_, a)| a),
-        );
-        return null_writer::main(args).await;
-    }
-    if std::env::args_os().nth(1).is_some_and(|a| a == "watcher") {
-        let args = watcher::WatcherArgs::parse_from(
-            std::env::args_os()
-                .enumerate()
-                .filter(|(i, _)| *i != 1)
-                .map(|(_, a)| a),
-        );
-        return watcher::main(args).await;
+    match std::env::args_os().nth(1) {
+        Some(a) if a == "null-writer" => return null_writer::main(subcommand_args()).await,
+        Some(a) if a == "watcher" => return watcher::main(subcommand_args()).await,
+        _ => {}
     }
     let args = Args::parse();
     let mut controller_env = Vec::new();

@@ -249,19 +249,7 @@ impl Server {
         else {
             return Ok(());
         };
-        let request = ::http::Request::get("/api/v1/nodes?limit=1")
-            .body(Vec::new())
-            .map_err(|e| e.to_string())?;
-        let text = api
-            .request_text(request)
-            .await
-            .map_err(|e| format!("LIST: {e}"))?;
-        let list: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| format!("LIST: {e}"))?;
-        let rv = list["metadata"]["resourceVersion"]
-            .as_str()
-            .ok_or("LIST without resourceVersion")?
-            .to_owned();
+        let rv = http::nodes_resource_version(api).await?;
         let (api, served, watching) = (api.clone(), served.clone(), watching.clone());
         watching.store(true, Ordering::SeqCst);
         tokio::spawn(async move {

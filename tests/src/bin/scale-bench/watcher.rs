@@ -108,18 +108,7 @@ async fn drain(client: &kube::Client, uri: &str, accept: &str) -> Result<(u64, u
 async fn run(args: WatcherArgs) -> Result<(), String> {
     let client =
         crate::null_writer::connect(args.master.as_deref(), args.kubeconfig.as_deref()).await?;
-    let first = http::Request::get("/api/v1/nodes?limit=1")
-        .body(Vec::new())
-        .map_err(|e| e.to_string())?;
-    let text = client
-        .request_text(first)
-        .await
-        .map_err(|e| format!("LIST: {e}"))?;
-    let list: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("LIST: {e}"))?;
-    let rv = list["metadata"]["resourceVersion"]
-        .as_str()
-        .ok_or("LIST without resourceVersion")?
-        .to_owned();
+    let rv = crate::http::nodes_resource_version(&client).await?;
     let accept = args.encoding.accept();
     let (bytes, _) = drain(&client, "/api/v1/nodes?resourceVersion=0", accept).await?;
     eprintln!(
