@@ -48,6 +48,19 @@ pub async fn get_text(client: &kube::Client, path: &str) -> Result<String, Strin
         .map_err(|e| format!("GET {path}: {e}"))
 }
 
+/// The resourceVersion of a one-item Node LIST (JSON): where a watch of every later change starts.
+///
+/// # Errors
+/// As [`get_text`], or an answer without `metadata.resourceVersion`.
+pub async fn nodes_resource_version(client: &kube::Client) -> Result<String, String> {
+    let text = get_text(client, "/api/v1/nodes?limit=1").await?;
+    let list: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("LIST: {e}"))?;
+    list["metadata"]["resourceVersion"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| "LIST without resourceVersion".to_owned())
+}
+
 /// The sandbox's summary.
 ///
 /// # Errors

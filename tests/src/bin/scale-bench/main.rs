@@ -8,7 +8,22 @@
 //! server, alternating ours / kcm / null, `--repeat` times. It prints: time to ready, time to serve
 //! every Node, PATCHes per second, CPU seconds and peak RSS once idle, requests by verb, 410s, and
 //! a restart against the fully allocated server (time to ready, PATCHes sent: must be 0), then the
-//! `ours/kcm` and `ours/null` ratios.
+//! `ours/kcm` and `ours/null` ratios. Every row also gives the API server's cost per served Node:
+//! (kube-apiserver or sandbox CPU + etcd CPU) / N, in milliseconds, from the runner's exec until
+//! it is idle; on the real server also the same less the servers' idle CPU rate (sampled for
+//! 3 s just before the run: their timers and the bench's own JSON watch) over that window.
+//!
+//! Issue 34 item 3 (the server's cost by PATCH type and watch encoding): `--null-patch-types`,
+//! `--null-answers` and `--null-watchers` run the null writer once per combination, on a fresh
+//! server each, alternating within each `--repeat`; `--no-ours` leaves our controller out. The
+//! `watcher` subcommand ([`watcher`]) lists and watches Nodes in JSON or protobuf beside the null
+//! writer, so the difference between rows with and without it is the server's cost of one
+//! informer's list + watch in that encoding:
+//!
+//! ```text
+//! target/release/scale-bench --server real --no-ours --peer null --nodes 10000 --stacks single \
+//!     --modes unlimited --null-patch-types smp,merge,json-test --null-watchers none,json,protobuf --repeat 3
+//! ```
 //!
 //! ```text
 //! cargo build --release -p nodeipam --bin nodeipam-controller -p nodeipam-tests --bin sandbox-apiserver --bin scale-bench
@@ -26,6 +41,7 @@ mod null_writer;
 mod process;
 mod run;
 mod server;
+mod watcher;
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -33,7 +49,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use run::{Mode, Row, Runner, Settings, Stack};
+use null_writer::{Answer, PatchType};
+use run::{Mode, Row, Runner, Settings, Stack, Variant};
 use server::ServerKind;
 
 /// The controller's scale benchmark (separate sandbox and controller processes).
@@ -91,6 +108,9 @@ struct Args {
     /// Extra controller flag (repeatable), e.g. `--controller-arg=--node-cidr-update-workers=1`.
     #[arg(long, allow_hyphen_values = true)]
     controller_arg: Vec<String>,
+    /// Extra kube-apiserver flag with `--server real` (repeatable), e.g. `--apiserver-arg=--v=1`.
+    #[arg(long, allow_hyphen_values = true)]
+    apiserver_arg: Vec<String>,
     /// Extra controller environment `KEY=VALUE` (repeatable).
     #[arg(long)]
     controller_env: Vec<String>,
@@ -114,6 +134,42 @@ struct Args {
     /// Runs of every row (ours, then each peer, again), e.g. 2.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     repeat: u32,
+    /// Leave our controller out (only the peers run; no ratios).
+    #[arg(long)]
+    no_ours: bool,
+    /// The null writer's PATCH types, comma-separated: one null run per type (× answer ×
+    /// watcher). `smp` is the controller's own body.
+    #[arg(long, value_delimiter = ',', default_value = "smp")]
+    null_patch_types: Vec<PatchType>,
+    /// The null writer's answer forms, comma-separated: `full` (the whole Node, as the
+    /// controller asks) and/or `metadata` (`PartialObjectMetadata`).
+    #[arg(long, value_delimiter = ',', default_value = "full")]
+    null_answers: Vec<Answer>,
+    /// A watcher beside each null run, comma-separated: `none`, `json` (as our informer),
+    /// `protobuf` (as kcm's); one null run per value.
+    #[arg(long, value_delimiter = ',', default_value = "none")]
+    null_watchers: Vec<WatcherChoice>,
+}
+
+/// `--null-watchers` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum WatcherChoice {
+    /// No watcher.
+    None,
+    /// A JSON list + watch.
+    Json,
+    /// A protobuf list + watch.
+    Protobuf,
+}
+
+impl WatcherChoice {
+    fn encoding(self) -> Option<watcher::Encoding> {
+        match self {
+            WatcherChoice::None => None,
+            WatcherChoice::Json => Some(watcher::Encoding::Json),
+            WatcherChoice::Protobuf => Some(watcher::Encoding::Protobuf),
+        }
+    }
 }
 
 fn ratio(ours: f64, peer: f64) -> String {
@@ -130,7 +186,7 @@ fn print_row(row: &Row, rep: u32) {
         Mode::Unlimited | Mode::Latency => "unlimited",
     };
     println!(
-        "| {} | {:?} | {:?} | {qps} | {} ms | {:?} | {rep} | {:.1} | {} | {:.2} | {:.2} | {:.1} | {} / {} / {} / {} | {} | {} | {} | {} | {:.0} | {} | {:.2} | {} |",
+        "| {} | {:?} | {:?} | {qps} | {} ms | {:?} | {rep} | {:.1} | {} | {:.2} | {:.2} | {:.1} | {} / {} / {} / {} | {} | {} | {} | {} | {:.0} | {} | {:.2} | {} | {} | {:.3} | {:.3} | {:.1} | {:.3} |",
         row.nodes,
         row.stack,
         row.server,
@@ -154,12 +210,17 @@ fn print_row(row: &Row, rep: u32) {
         opt(row.etcd_peak_rss_mib, 0),
         row.server_cpu_s,
         opt(row.etcd_cpu_s, 2),
+        row.variant.label(row.runner),
+        row.server_etcd_cpu_ms_per_node,
+        row.server_etcd_idle_cpu_per_s,
+        row.window_s,
+        row.server_etcd_net_cpu_ms_per_node,
     );
 }
 
 fn print_ratio(ours: &Row, peer: &Row) {
     println!(
-        "| {} | {:?} | {:?} | | {} ms | ours/{:?} | | | | {} | {} | {} | | | | | | | | | |",
+        "| {} | {:?} | {:?} | | {} ms | ours/{:?} | | | | {} | {} | {} | | | | | | | | | | {} | {} | | | {} |",
         ours.nodes,
         ours.stack,
         ours.server,
@@ -168,6 +229,15 @@ fn print_ratio(ours: &Row, peer: &Row) {
         ratio(ours.served_s, peer.served_s),
         ratio(ours.cpu_s, peer.cpu_s),
         ratio(ours.peak_rss_mib, peer.peak_rss_mib),
+        peer.variant.label(peer.runner),
+        ratio(
+            ours.server_etcd_cpu_ms_per_node,
+            peer.server_etcd_cpu_ms_per_node
+        ),
+        ratio(
+            ours.server_etcd_net_cpu_ms_per_node,
+            peer.server_etcd_net_cpu_ms_per_node
+        ),
     );
 }
 
@@ -182,19 +252,22 @@ fn opt(value: Option<f64>, digits: usize) -> String {
     value.map_or_else(|| "–".to_owned(), |v| format!("{v:.digits$}"))
 }
 
+/// The flags of a subcommand (`scale-bench null-writer …`): the command line without its name.
+fn subcommand_args<P: Parser>() -> P {
+    P::parse_from(
+        std::env::args_os()
+            .enumerate()
+            .filter(|(i, _)| *i != 1)
+            .map(|(_, a)| a),
+    )
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    if std::env::args_os()
-        .nth(1)
-        .is_some_and(|a| a == "null-writer")
-    {
-        let args = null_writer::NullArgs::parse_from(
-            std::env::args_os()
-                .enumerate()
-                .filter(|(i, _)| *i != 1)
-                .map(|(_, a)| a),
-        );
-        return null_writer::main(args).await;
+    match std::env::args_os().nth(1) {
+        Some(a) if a == "null-writer" => return null_writer::main(subcommand_args()).await,
+        Some(a) if a == "watcher" => return watcher::main(subcommand_args()).await,
+        _ => {}
     }
     let args = Args::parse();
     let mut controller_env = Vec::new();
@@ -237,15 +310,46 @@ async fn main() -> ExitCode {
         restart: !args.no_restart,
         verify: !args.no_verify,
         controller_args: args.controller_arg,
+        apiserver_args: args.apiserver_arg,
         controller_env,
         usage_series: args.usage_series,
     };
-    let mut runners = vec![Runner::Ours];
+    let mut runners = Vec::new();
+    if !args.no_ours {
+        runners.push(Runner::Ours);
+    }
     for peer in &args.peer {
         if !runners.contains(peer) {
             runners.push(*peer);
         }
     }
+    if runners.is_empty() {
+        eprintln!("error: --no-ours without --peer leaves nothing to run");
+        return ExitCode::from(2);
+    }
+    // Every run of a row: ours and kcm once, the null writer once per variant.
+    let mut runs: Vec<(Runner, Variant)> = Vec::new();
+    for &runner in &runners {
+        if runner != Runner::Null {
+            runs.push((runner, Variant::default()));
+            continue;
+        }
+        for &patch_type in &args.null_patch_types {
+            for &answer in &args.null_answers {
+                for &watcher in &args.null_watchers {
+                    let variant = Variant {
+                        patch_type,
+                        answer,
+                        watcher: watcher.encoding(),
+                    };
+                    if !runs.contains(&(runner, variant)) {
+                        runs.push((runner, variant));
+                    }
+                }
+            }
+        }
+    }
+    // The controller is needed by the null writer too (`plan` gives its answers).
     let mut needed = vec![&settings.controller, &settings.fixture];
     if settings.server == ServerKind::Sandbox {
         needed.push(&settings.sandbox);
@@ -265,10 +369,10 @@ async fn main() -> ExitCode {
         }
     }
     println!(
-        "| N | stack | server | QPS/burst | latency | runner | run | load | ready s | serve all s | CPU s | peak RSS MiB | PATCH / LIST / WATCH / GET | 410s | restart ready s | restart PATCHes | restart peak RSS MiB | server peak RSS MiB | etcd peak RSS MiB | server CPU s | etcd CPU s |"
+        "| N | stack | server | QPS/burst | latency | runner | run | load | ready s | serve all s | CPU s | peak RSS MiB | PATCH / LIST / WATCH / GET | 410s | restart ready s | restart PATCHes | restart peak RSS MiB | server peak RSS MiB | etcd peak RSS MiB | server CPU s | etcd CPU s | variant | server+etcd CPU ms/Node | server+etcd idle CPU s/s | window s | server+etcd net CPU ms/Node |"
     );
     println!(
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     let mut failed = false;
     for &nodes in &args.nodes {
@@ -276,9 +380,12 @@ async fn main() -> ExitCode {
             for &mode in &args.modes {
                 for rep in 1..=args.repeat {
                     let mut done: Vec<Row> = Vec::new();
-                    for &runner in &runners {
-                        eprintln!("row: {nodes} Nodes, {stack:?}, {mode:?}, {runner:?}, run {rep}");
-                        match run::row(&settings, nodes, stack, mode, runner).await {
+                    for &(runner, variant) in &runs {
+                        let label = variant.label(runner);
+                        eprintln!(
+                            "row: {nodes} Nodes, {stack:?}, {mode:?}, {runner:?} {label}, run {rep}"
+                        );
+                        match run::row(&settings, nodes, stack, mode, runner, variant).await {
                             Ok(row) => {
                                 print_row(&row, rep);
                                 let _ = std::io::stdout().flush();
@@ -300,7 +407,7 @@ async fn main() -> ExitCode {
                             }
                             Err(e) => {
                                 eprintln!(
-                                    "error: {nodes} Nodes, {stack:?}, {mode:?}, {runner:?}: {e}"
+                                    "error: {nodes} Nodes, {stack:?}, {mode:?}, {runner:?} {label}: {e}"
                                 );
                                 failed = true;
                             }

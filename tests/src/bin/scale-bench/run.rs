@@ -12,9 +12,10 @@ use kube::api::ListParams;
 use serde::Serialize;
 
 use crate::http;
-use crate::null_writer;
+use crate::null_writer::{self, Answer, PatchType};
 use crate::process::{self, Running, Usage};
 use crate::server::{Server, ServerKind, Setup};
+use crate::watcher::{self, Encoding};
 
 /// The controller's log line after its first complete list (informer).
 const LISTED: &str = "listed Nodes; watching";
@@ -64,6 +65,48 @@ pub enum Runner {
     Kcm,
     /// The null writer (`scale-bench null-writer`): PATCHes answers known in advance.
     Null,
+}
+
+/// How a run is varied beyond its runner (issue 34 item 3): the null writer's PATCH type and
+/// answer form, and a watcher beside the runner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Variant {
+    /// The null writer's `--patch-type` (the other runners send their own).
+    pub patch_type: PatchType,
+    /// The null writer's `--answer`.
+    pub answer: Answer,
+    /// A `scale-bench watcher` in this encoding, started before the runner (its list included in
+    /// the server's CPU) and held until the runner is idle.
+    pub watcher: Option<Encoding>,
+}
+
+impl Default for Variant {
+    fn default() -> Variant {
+        Variant {
+            patch_type: PatchType::Smp,
+            answer: Answer::Full,
+            watcher: None,
+        }
+    }
+}
+
+impl Variant {
+    /// `smp/full`, `json-test/metadata +watch protobuf`, … for `runner` (kcm and ours send
+    /// their own PATCHes: only the watcher is named).
+    pub fn label(&self, runner: Runner) -> String {
+        let mut label = match runner {
+            Runner::Null => format!("{}/{}", self.patch_type.name(), self.answer.name()),
+            Runner::Ours | Runner::Kcm => String::new(),
+        };
+        if let Some(encoding) = self.watcher {
+            if !label.is_empty() {
+                label.push(' ');
+            }
+            label.push_str("+watch ");
+            label.push_str(encoding.name());
+        }
+        label
+    }
 }
 
 /// kube-controller-manager's log line once its range allocator has listed every Node and
@@ -124,6 +167,8 @@ pub struct Settings {
     pub verify: bool,
     /// Extra controller flags.
     pub controller_args: Vec<String>,
+    /// Extra kube-apiserver flags (real server).
+    pub apiserver_args: Vec<String>,
     /// Extra environment of the controller (`KEY=VALUE`).
     pub controller_env: Vec<(String, String)>,
     /// Write the controller's RSS and CPU every 50 ms to `<out_dir>/<row>-controller-<phase>.usage.tsv`.
@@ -135,6 +180,8 @@ pub struct Settings {
 pub struct Row {
     /// Who allocated.
     pub runner: Runner,
+    /// The null writer's PATCH type and answer form, and the watcher beside the runner.
+    pub variant: Variant,
     /// Which API server.
     pub server: ServerKind,
     /// Nodes.
@@ -205,7 +252,23 @@ pub struct Row {
     pub server_cpu_s: f64,
     /// CPU etcd used during the first run (real server), seconds.
     pub etcd_cpu_s: Option<f64>,
+    /// (`server_cpu_s` + `etcd_cpu_s`) / `nodes`, milliseconds: the API server's cost per
+    /// served Node, its idle use during the window included.
+    pub server_etcd_cpu_ms_per_node: f64,
+    /// CPU seconds per second the server and etcd used together while idle, sampled over
+    /// [`IDLE_SAMPLE`] just before the run (their timers, the bench's own watch; real server
+    /// only, 0 for the sandbox's which is not sampled).
+    pub server_etcd_idle_cpu_per_s: f64,
+    /// Seconds between the two samples of `server_cpu_s` (the run's window: runner exec to idle,
+    /// the watcher's list included).
+    pub window_s: f64,
+    /// `server_etcd_cpu_ms_per_node` less the idle rate over the window: what serving the Nodes
+    /// cost the server.
+    pub server_etcd_net_cpu_ms_per_node: f64,
 }
+
+/// How long the real server's idle CPU is sampled before each run.
+pub const IDLE_SAMPLE: Duration = Duration::from_secs(3);
 
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
@@ -225,6 +288,7 @@ pub async fn row(
     stack: Stack,
     mode: Mode,
     runner: Runner,
+    variant: Variant,
 ) -> Result<Row, String> {
     let ticks = process::clock_ticks();
     let latency_ms = if mode == Mode::Latency {
@@ -239,8 +303,13 @@ pub async fn row(
         return Err("injected latency needs the sandbox (--server sandbox)".into());
     }
     let tag = format!(
-        "n{nodes}-{stack:?}-{mode:?}-{:?}-{runner:?}",
-        settings.server
+        "n{nodes}-{stack:?}-{mode:?}-{:?}-{runner:?}{}",
+        settings.server,
+        variant
+            .label(runner)
+            .split(['/', ' '])
+            .filter(|w| !w.is_empty())
+            .fold(String::new(), |tag, w| tag + "-" + w)
     )
     .to_lowercase();
     std::fs::create_dir_all(&settings.out_dir)
@@ -261,7 +330,8 @@ pub async fn row(
             None,
         ),
         ServerKind::Real => {
-            let (server, setup) = Server::real(&settings.fixture, nodes).await?;
+            let (server, setup) =
+                Server::real(&settings.fixture, nodes, &settings.apiserver_args).await?;
             eprintln!(
                 "  {tag}: real server up in {:.1} s, {nodes} Nodes created in {:.1} s",
                 setup.start_s, setup.create_s
@@ -278,15 +348,31 @@ pub async fn row(
     let prepare_s = answers.as_ref().map(|_| prepared.elapsed().as_secs_f64());
     server.start_counting().await?;
     let before = server.counters().await?;
+    let server_etcd_idle_cpu_per_s = if settings.server == ServerKind::Real {
+        let (server_0, etcd_0) = server.usage(ticks);
+        let sampled = Instant::now();
+        tokio::time::sleep(IDLE_SAMPLE).await;
+        let (server_1, etcd_1) = server.usage(ticks);
+        let etcd = etcd_1
+            .zip(etcd_0)
+            .map_or(0.0, |(after, before)| after.cpu_s - before.cpu_s);
+        (server_1.cpu_s - server_0.cpu_s + etcd) / sampled.elapsed().as_secs_f64()
+    } else {
+        0.0
+    };
     let (server_before, etcd_before) = server.usage(ticks);
+    let window = Instant::now();
+    let watcher = match variant.watcher {
+        Some(encoding) => Some(start_watcher(settings, &server, encoding, &tag).await?),
+        None => None,
+    };
 
     let first = runner_run(
         settings,
         &server,
         runner,
         answers.as_deref(),
-        stack,
-        mode,
+        (stack, mode, variant),
         &tag,
         "first",
         ticks,
@@ -295,6 +381,32 @@ pub async fn row(
     .await?;
     let after_first = server.counters().await?.since(before);
     let (server_after, etcd_after) = server.usage(ticks);
+    let window_s = window.elapsed().as_secs_f64();
+    if let Some(watcher) = watcher {
+        let ended = watcher.marks.get(watcher::ENDED).is_some();
+        let log = watcher.log.clone();
+        let _ = watcher.terminate(Duration::from_secs(10), ticks);
+        if ended {
+            // kube-apiserver says why it closed a watch (its watch cache's "Forcing … watcher
+            // close due to unresponsiveness" for a slow reader): kept beside the watcher's log.
+            let mut why = String::new();
+            if let Some(text) = server.apiserver_log() {
+                let path = settings.out_dir.join(format!("{tag}-kube-apiserver.log"));
+                let _ = std::fs::write(&path, &text);
+                why = text
+                    .lines()
+                    .filter(|l| l.contains("watcher close") || l.contains("unresponsive"))
+                    .take(3)
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                why = format!("; kube-apiserver's log ({}): {why}", path.display());
+            }
+            return Err(format!(
+                "the watcher's watch ended before the run did; see {}{why}",
+                log.display()
+            ));
+        }
+    }
     server.stop_counting();
     let distinct = if settings.verify {
         Some(distinct_pod_cidrs(server.api(), nodes, stack).await?)
@@ -304,7 +416,15 @@ pub async fn row(
     let restart = if settings.restart && runner != Runner::Null {
         let patches_before = server.counters().await?.patches;
         let restart = runner_run(
-            settings, &server, runner, None, stack, mode, &tag, "restart", ticks, None,
+            settings,
+            &server,
+            runner,
+            None,
+            (stack, mode, variant),
+            &tag,
+            "restart",
+            ticks,
+            None,
         )
         .await?;
         let patches_after = server.counters().await?.patches;
@@ -316,8 +436,13 @@ pub async fn row(
     server.stop(ticks);
 
     let serving = first.served - first.ready.unwrap_or_default().as_secs_f64();
+    let server_cpu_s = server_after.cpu_s - server_before.cpu_s;
+    let etcd_cpu_s = etcd_after
+        .zip(etcd_before)
+        .map(|(after, before)| after.cpu_s - before.cpu_s);
     Ok(Row {
         runner,
+        variant,
         server: settings.server,
         nodes,
         stack,
@@ -354,11 +479,48 @@ pub async fn row(
         restart_peak_rss_mib: restart.as_ref().map(|(r, _)| mib(r.idle.peak_rss)),
         sandbox_peak_rss_mib: mib(server_usage.peak_rss),
         etcd_peak_rss_mib: etcd_usage.map(|u| mib(u.peak_rss)),
-        server_cpu_s: server_after.cpu_s - server_before.cpu_s,
-        etcd_cpu_s: etcd_after
-            .zip(etcd_before)
-            .map(|(after, before)| after.cpu_s - before.cpu_s),
+        server_cpu_s,
+        etcd_cpu_s,
+        server_etcd_cpu_ms_per_node: (server_cpu_s + etcd_cpu_s.unwrap_or(0.0)) * 1000.0
+            / nodes.max(1) as f64,
+        server_etcd_idle_cpu_per_s,
+        window_s,
+        server_etcd_net_cpu_ms_per_node: (server_cpu_s + etcd_cpu_s.unwrap_or(0.0)
+            - server_etcd_idle_cpu_per_s * window_s)
+            * 1000.0
+            / nodes.max(1) as f64,
     })
+}
+
+/// Starts a `scale-bench watcher` in `encoding` against `server` and waits until it has read
+/// the full list.
+async fn start_watcher(
+    settings: &Settings,
+    server: &Server,
+    encoding: Encoding,
+    tag: &str,
+) -> Result<Running, String> {
+    let args = vec![
+        "watcher".to_owned(),
+        server.connect_flag(),
+        format!("--encoding={}", encoding.name()),
+    ];
+    let start = Instant::now();
+    let (mut running, _) = Running::spawn(
+        &settings.bench,
+        &args,
+        &[],
+        settings.out_dir.join(format!("{tag}-watcher.log")),
+        &[watcher::LISTED, watcher::ENDED],
+        start,
+        false,
+    )?;
+    let deadline = start + settings.timeout;
+    while running.marks.get(watcher::LISTED).is_none() {
+        check_alive(&mut running, deadline, "the watcher's list")?;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(running)
 }
 
 /// The null writer's answers, before the timed part: every Node's name and uid (paged LIST, 500
@@ -466,14 +628,12 @@ fn sandbox_kubeconfig(path: &std::path::Path, url: &str) -> Result<(), String> {
 }
 
 /// The command line of `runner` against `server`; for ours also its plain metrics port.
-#[allow(clippy::too_many_arguments)]
 fn command_line(
     settings: &Settings,
     server: &Server,
     runner: Runner,
     answers: Option<&std::path::Path>,
-    stack: Stack,
-    mode: Mode,
+    (stack, mode, variant): (Stack, Mode, Variant),
     tag: &str,
     phase: &str,
 ) -> Result<(PathBuf, Vec<String>, Option<u16>), String> {
@@ -544,6 +704,8 @@ fn command_line(
                 server.connect_flag(),
                 format!("--answers={}", answers.display()),
                 "--workers=30".to_owned(),
+                format!("--patch-type={}", variant.patch_type.name()),
+                format!("--answer={}", variant.answer.name()),
             ];
             Ok((settings.bench.clone(), args, None))
         }
@@ -559,15 +721,14 @@ async fn runner_run(
     server: &Server,
     runner: Runner,
     answers: Option<&std::path::Path>,
-    stack: Stack,
-    mode: Mode,
+    shape: (Stack, Mode, Variant),
     tag: &str,
     phase: &str,
     ticks: f64,
     nodes: Option<usize>,
 ) -> Result<ControllerRun, String> {
     let (program, args, metrics_port) =
-        command_line(settings, server, runner, answers, stack, mode, tag, phase)?;
+        command_line(settings, server, runner, answers, shape, tag, phase)?;
     let env: Vec<(&str, &str)> = if runner == Runner::Ours {
         settings
             .controller_env

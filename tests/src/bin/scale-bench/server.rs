@@ -163,15 +163,23 @@ impl Server {
         Ok(Server::Sandbox { process, url, api })
     }
 
-    /// etcd + kube-apiserver with `nodes` copies of `fixture`'s `items[1]` (named `node-<i>`, as
-    /// the sandbox names them), created through the API with [`CREATE_IN_FLIGHT`] POSTs in
-    /// flight.
+    /// etcd + kube-apiserver (with the extra flags `apiserver_args`) with `nodes` copies of
+    /// `fixture`'s `items[1]` (named `node-<i>`, as the sandbox names them), created through the
+    /// API with [`CREATE_IN_FLIGHT`] POSTs in flight.
     ///
     /// # Errors
     /// The cluster would not start, or a create failed.
-    pub async fn real(fixture: &Path, nodes: usize) -> Result<(Server, Setup), String> {
+    pub async fn real(
+        fixture: &Path,
+        nodes: usize,
+        apiserver_args: &[String],
+    ) -> Result<(Server, Setup), String> {
         let started = Instant::now();
-        let cluster = RealCluster::start_with(Options::default())
+        let options = Options {
+            apiserver_args: apiserver_args.to_vec(),
+            ..Options::default()
+        };
+        let cluster = RealCluster::start_with(options)
             .await
             .map_err(|e| e.to_string())?;
         let start_s = started.elapsed().as_secs_f64();
@@ -241,19 +249,7 @@ impl Server {
         else {
             return Ok(());
         };
-        let request = ::http::Request::get("/api/v1/nodes?limit=1")
-            .body(Vec::new())
-            .map_err(|e| e.to_string())?;
-        let text = api
-            .request_text(request)
-            .await
-            .map_err(|e| format!("LIST: {e}"))?;
-        let list: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| format!("LIST: {e}"))?;
-        let rv = list["metadata"]["resourceVersion"]
-            .as_str()
-            .ok_or("LIST without resourceVersion")?
-            .to_owned();
+        let rv = http::nodes_resource_version(api).await?;
         let (api, served, watching) = (api.clone(), served.clone(), watching.clone());
         watching.store(true, Ordering::SeqCst);
         tokio::spawn(async move {
@@ -359,6 +355,14 @@ impl Server {
                     .unwrap_or_default(),
                 process::usage(cluster.etcd_pid(), ticks),
             ),
+        }
+    }
+
+    /// kube-apiserver's log so far (real server only).
+    pub fn apiserver_log(&self) -> Option<String> {
+        match self {
+            Server::Sandbox { .. } => None,
+            Server::Real { cluster, .. } => Some(cluster.apiserver_log()),
         }
     }
 
