@@ -169,7 +169,7 @@ impl AllocationMonitor {
         AllocationMonitor::attach_with(sandbox, spec, None)
     }
 
-    /// As [`AllocationMonitor::attach`], for the ClusterCIDR variant ([`super::pools`]): an
+    /// As [`AllocationMonitor::attach`], for the ClusterCIDR variant (`chaos::pools`): an
     /// assignment may also come from a ClusterCIDR that exists at its commit, and a ClusterCIDR
     /// may be removed only while no Node holds a podCIDR inside it.
     pub fn attach_with_pools(sandbox: &SandboxHandle, spec: ClusterSpec) -> AllocationMonitor {

@@ -47,7 +47,7 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 /// A replica that exited after losing the Lease is replaced this much later (a pod restart).
 const RESPAWN_DELAY: Duration = Duration::from_millis(200);
 /// How many times the end phase may start over after the leader lost the Lease between the
-/// settled check and its stop ([`Driver::settle_and_stop`]).
+/// settled check and its stop (`Driver::settle_and_stop`).
 pub const MAX_RESETTLES: u32 = 3;
 /// The longest renew deadline of the plans (`LeaseTiming`): a lost Lease is reported with how
 /// late the runtime's timers were within this long before.

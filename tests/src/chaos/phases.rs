@@ -7,7 +7,7 @@ use std::fmt;
 use std::time::Duration;
 
 /// What the end phase was waiting for at one check (the first condition that failed, in the
-/// order [`super::driver`] checks them), or that it was confirming a settled state.
+/// order `chaos::driver` checks them), or that it was confirming a settled state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum SettleWait {
     /// A late write the sandbox has not yet run (committed or refused).

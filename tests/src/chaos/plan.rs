@@ -315,9 +315,9 @@ pub enum Action {
     },
     /// Wait (at most 2 s) until this rule, added by an earlier step, has fired — a PATCH of a
     /// delivered-late write is on the wire before the next step (a kill, a Lease loss) comes
-    /// ([`super::edges`]).
+    /// (`chaos::edges`).
     AwaitFault(FaultRule),
-    /// Create a ClusterCIDR (the variant of [`super::pools`]).
+    /// Create a ClusterCIDR (the variant of `chaos::pools`).
     CreateClusterCidr(super::pools::PoolSpec),
     /// Delete a ClusterCIDR (it stays, terminating, while the controller's finalizer holds it).
     DeleteClusterCidr(String),

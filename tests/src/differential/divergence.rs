@@ -1,5 +1,5 @@
 //! Every intended divergence between upstream's cidrset and ours, one row each. The comparison
-//! ([`super::compare`]) accepts a different answer only when a row matches it; everything else
+//! ([`super::compare`](mod@super::compare)) accepts a different answer only when a row matches it; everything else
 //! fails the test. RELIABILITY.md ("Differential against upstream's cidrset") mirrors this table;
 //! a test checks that every row is named there.
 //!

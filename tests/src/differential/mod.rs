@@ -9,11 +9,11 @@
 //!   allocation's tries, from which the next-candidate cursor follows);
 //! - [`core_driver`]: our half, over `nodeipam-core` (also the bin `nodeipam-cidrset-driver`);
 //!   upstream's half is the Go program `tests/upstream/cmd/cidrset-driver`;
-//! - [`generate`]: seed → sequence (both families, 2^0…2^24 blocks, boundary prefixes, host bits,
+//! - [`generate`](mod@generate): seed → sequence (both families, 2^0…2^24 blocks, boundary prefixes, host bits,
 //!   out-of-range / other-family / supernet / sub-block CIDRs, exhaustion bursts, churn on full
 //!   sets);
 //! - [`divergence`]: the table of intended divergences, one row each, with its reason;
-//! - [`compare`]: the comparison of two answer streams and the shrinker (drop requests while the
+//! - [`compare`](mod@compare): the comparison of two answer streams and the shrinker (drop requests while the
 //!   sequence still diverges);
 //! - [`upstream`]: runs the Go driver, one long-lived process per batch of sequences.
 //!
